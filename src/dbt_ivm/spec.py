@@ -1,0 +1,59 @@
+"""What a caller (the dbt materialization, a test, a script) asks the engine to maintain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+RefreshMode = Literal["auto", "full", "differential", "immediate"]
+OnConfigurationChange = Literal["apply", "continue", "fail"]
+UserTriggers = Literal["auto", "on", "off"]
+# What a refresh did, as recorded in the history table.
+Action = Literal["CREATE", "FULL", "DIFFERENTIAL", "SKIP", "REBUILD"]
+
+
+@dataclass(frozen=True)
+class StreamTableSpec:
+    """One stream table: where it lives, its defining query, and how to refresh it."""
+
+    model: str  # the dbt model name, used in every message
+    schema: str
+    name: str
+    sql: str  # the compiled defining query (a single SELECT)
+    refresh_mode: RefreshMode = "auto"
+    catalog_schema: str = "dbt_ivm"
+    on_configuration_change: OnConfigurationChange = "apply"
+    full_refresh: bool = False  # dbt --full-refresh: rebuild from scratch
+    # AUTO falls back to FULL when a batch holds more changed rows than this fraction of the source.
+    full_refresh_threshold: float = 0.5
+    user_triggers: UserTriggers = "auto"
+    notify_channel: str | None = None
+    initiated_by: str = "dbt"
+
+
+@dataclass
+class RefreshResult:
+    """What one run of the materialization did; recorded in the history table and logged by dbt."""
+
+    action: Action
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_deleted: int = 0
+    seconds: float = 0.0
+    reason: str | None = None  # why AUTO/DIFFERENTIAL did FULL, why a rebuild happened, ...
+    warnings: list[str] = field(default_factory=list)
+    refresh_id: int | None = None
+
+    @property
+    def rows_changed(self) -> int:
+        return self.rows_inserted + self.rows_updated + self.rows_deleted
+
+    def summary(self) -> str:
+        """The one log line per model that `dbt run` prints."""
+        text = (
+            f"{self.action} +{self.rows_inserted} ~{self.rows_updated} -{self.rows_deleted} "
+            f"in {self.seconds:.2f}s"
+        )
+        if self.reason:
+            text += f" ({self.reason})"
+        return text
