@@ -1,0 +1,15 @@
+"""The `ivm_postgres` dbt adapter: dbt-postgres plus the `stream_table` materialization."""
+
+from dbt.adapters.base import AdapterPlugin
+from dbt.adapters.ivm_postgres.connections import IvmPostgresConnectionManager, IvmPostgresCredentials
+from dbt.adapters.ivm_postgres.impl import IvmPostgresAdapter
+from dbt.include import ivm
+
+Plugin = AdapterPlugin(
+    adapter=IvmPostgresAdapter,  # type: ignore[arg-type]
+    credentials=IvmPostgresCredentials,
+    include_path=ivm.PACKAGE_PATH,
+    dependencies=["postgres"],
+)
+
+__all__ = ["IvmPostgresAdapter", "IvmPostgresConnectionManager", "IvmPostgresCredentials", "Plugin"]

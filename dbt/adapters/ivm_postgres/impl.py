@@ -1,0 +1,146 @@
+"""`IvmPostgresAdapter`: dbt-postgres, plus the engine calls the `stream_table` materialization makes."""
+
+from __future__ import annotations
+
+import threading
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+import psycopg2
+from dbt.adapters.base import available
+from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
+from dbt.adapters.contracts.relation import RelationConfig
+from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.ivm_postgres.connections import (
+    ADAPTER_TYPE,
+    IvmPostgresConnectionManager,
+    connect_for_engine,
+)
+from dbt.adapters.ivm_postgres.stream_table_config import build_spec, result_fields
+from dbt.adapters.postgres import PostgresAdapter
+from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
+
+from dbt_ivm.errors import IvmError
+
+if TYPE_CHECKING:
+    import agate
+
+logger = AdapterLogger("IvmPostgres")
+
+# Bookkeeping columns the engine adds to stream tables; dbt docs never show them.
+HIDDEN_COLUMN_PREFIX = "__ivm_"
+
+
+class IvmPostgresAdapter(PostgresAdapter):
+    ConnectionManager = IvmPostgresConnectionManager
+    connections: IvmPostgresConnectionManager
+
+    def __init__(self, config: Any, mp_context: Any) -> None:
+        super().__init__(config, mp_context)
+        # One engine connection per dbt thread, opened on first use (never at parse time).
+        self._engine_connections: dict[int, Any] = {}
+        self._engine_lock = threading.Lock()
+
+    @classmethod
+    def type(cls) -> str:
+        return ADAPTER_TYPE
+
+    @classmethod
+    def get_adapter_run_info(cls, config: RelationConfig) -> AdapterTrackingRelationInfo:
+        # The base class derives `dbt.adapters.ivmpostgres` from the class name; that module does not exist.
+        return AdapterTrackingRelationInfo(
+            adapter_name=ADAPTER_TYPE,
+            base_adapter_version=import_module("dbt.adapters.__about__").version,
+            adapter_version=import_module("dbt.adapters.ivm_postgres.__version__").version,
+            model_adapter_details=cls._get_adapter_specific_run_info(config),
+        )
+
+    @classmethod
+    def _catalog_filter_table(cls, table: agate.Table, used_schemas: Any) -> agate.Table:
+        filtered = super()._catalog_filter_table(table, used_schemas)
+        return filtered.where(lambda row: not str(row["column_name"] or "").startswith(HIDDEN_COLUMN_PREFIX))
+
+    # -- engine connection ----------------------------------------------------------------------
+
+    def _engine_connection(self) -> Any:
+        key = threading.get_ident()
+        with self._engine_lock:
+            conn = self._engine_connections.get(key)
+        if conn is None or conn.closed:
+            conn = connect_for_engine(self.config.credentials)
+            with self._engine_lock:
+                self._engine_connections[key] = conn
+        return conn
+
+    def _discard_engine_connection(self) -> None:
+        with self._engine_lock:
+            conn = self._engine_connections.pop(threading.get_ident(), None)
+        if conn is not None and not conn.closed:
+            conn.close()
+
+    def cleanup_connections(self) -> None:
+        with self._engine_lock:
+            conns = list(self._engine_connections.values())
+            self._engine_connections.clear()
+        for conn in conns:
+            if not conn.closed:
+                conn.close()
+        super().cleanup_connections()
+
+    def _commit_dbt_transaction(self) -> None:
+        """Commit dbt's own open transaction so the engine never waits on locks dbt's connection holds."""
+        connection = self.connections.get_if_exists()
+        if connection is not None and connection.transaction_open:
+            self.connections.commit()
+
+    # -- calls from the materialization ---------------------------------------------------------
+
+    @available.parse(lambda *args, **kwargs: "")
+    def ivm_commit_open_transaction(self) -> str:
+        """Commit dbt's transaction if one is open (e.g. after post-hooks); '' so Jinja can call it."""
+        self._commit_dbt_transaction()
+        return ""
+
+    @available.parse(lambda *args, **kwargs: {})
+    def ivm_run_stream_table(
+        self,
+        relation: BaseRelation,
+        sql: str,
+        config: dict[str, Any],
+        full_refresh: bool,
+        model_name: str,
+    ) -> dict[str, Any]:
+        """Create or refresh one stream table with the engine; the result's fields for Jinja."""
+        from dbt_ivm.postgres.runner import run_stream_table
+
+        spec = build_spec(relation, sql, config, full_refresh, model_name)
+        self._commit_dbt_transaction()
+        try:
+            result = run_stream_table(self._engine_connection(), spec)
+        except IvmError as exc:
+            self._discard_engine_connection()
+            message = str(exc)
+            if model_name not in message:
+                message = f"stream table model {model_name}: {message}"
+            raise DbtRuntimeError(message) from exc
+        except psycopg2.Error as exc:
+            self._discard_engine_connection()
+            raise DbtDatabaseError(f"stream table model {model_name}: {str(exc).strip()}") from exc
+        logger.debug(f"stream table {relation}: {result.summary()}")
+        for warning in result.warnings:
+            logger.warning(f"stream table model {model_name}: {warning}")
+        return result_fields(result)
+
+    @available.parse(lambda *args, **kwargs: "")
+    def ivm_forget_stream_table(self, relation: BaseRelation, catalog_schema: str) -> str:
+        """Unregister `relation` if it is a stream table (dbt is about to drop or rename it)."""
+        from dbt_ivm.postgres.runner import drop_stream_table
+
+        if relation.schema is None or relation.identifier is None:
+            return ""
+        try:
+            drop_stream_table(self._engine_connection(), relation.schema, relation.identifier, catalog_schema)
+        except psycopg2.Error as exc:
+            self._discard_engine_connection()
+            raise DbtDatabaseError(f"unregistering stream table {relation}: {str(exc).strip()}") from exc
+        return ""

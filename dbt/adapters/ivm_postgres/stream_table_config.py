@@ -1,0 +1,84 @@
+"""Model config -> `StreamTableSpec`, and `RefreshResult` -> plain fields for Jinja.
+
+Kept free of any connection so a future adapter (Spark) can share the same validation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, get_args
+
+from dbt.adapters.base.relation import BaseRelation
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt_ivm.spec import OnConfigurationChange, RefreshMode, RefreshResult, StreamTableSpec, UserTriggers
+
+DEFAULT_CATALOG_SCHEMA = "dbt_ivm"
+DEFAULT_FULL_REFRESH_THRESHOLD = 0.5
+
+
+def _choice(model: str, key: str, value: Any, allowed: tuple[str, ...], default: str) -> str:
+    if value is None:
+        return default
+    # dbt hands enum configs (on_configuration_change) over as StrEnum members; str() is their value.
+    text = str(value).strip().lower()
+    if text not in allowed:
+        raise DbtRuntimeError(
+            f"model {model}: config {key}={value!r} is not one of {', '.join(repr(a) for a in allowed)}"
+        )
+    return text
+
+
+def _threshold(model: str, value: Any) -> float:
+    if value is None:
+        return DEFAULT_FULL_REFRESH_THRESHOLD
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if not 0.0 <= number <= 1.0:
+        raise DbtRuntimeError(
+            f"model {model}: config full_refresh_threshold={value!r} must be a fraction between 0 and 1"
+        )
+    return number
+
+
+def build_spec(
+    relation: BaseRelation, sql: str, config: dict[str, Any], full_refresh: bool, model_name: str
+) -> StreamTableSpec:
+    """The engine's description of one stream table, from the model's relation, SQL and config."""
+    if relation.schema is None or relation.identifier is None:
+        raise DbtRuntimeError(f"model {model_name}: stream table relation {relation} has no schema or name")
+    notify_channel = config.get("notify_channel")
+    return StreamTableSpec(
+        model=model_name,
+        schema=relation.schema,
+        name=relation.identifier,
+        sql=sql,
+        refresh_mode=_choice(  # type: ignore[arg-type]
+            model_name, "refresh_mode", config.get("refresh_mode"), get_args(RefreshMode), "auto"
+        ),
+        catalog_schema=str(config.get("ivm_catalog_schema") or DEFAULT_CATALOG_SCHEMA),
+        on_configuration_change=_choice(  # type: ignore[arg-type]
+            model_name,
+            "on_configuration_change",
+            config.get("on_configuration_change"),
+            get_args(OnConfigurationChange),
+            "apply",
+        ),
+        full_refresh=bool(full_refresh),
+        full_refresh_threshold=_threshold(model_name, config.get("full_refresh_threshold")),
+        user_triggers=_choice(  # type: ignore[arg-type]
+            model_name, "user_triggers", config.get("user_triggers"), get_args(UserTriggers), "auto"
+        ),
+        notify_channel=str(notify_channel) if notify_channel else None,
+        initiated_by="dbt",
+    )
+
+
+def result_fields(result: RefreshResult) -> dict[str, Any]:
+    """Everything the materialization shows or returns about one run."""
+    fields = asdict(result)
+    fields["rows_changed"] = result.rows_changed
+    fields["summary"] = result.summary()
+    return fields

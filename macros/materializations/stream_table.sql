@@ -1,0 +1,63 @@
+{#-
+  The `stream_table` materialization: a table the dbt-ivm engine keeps equal to the model's query.
+  Shared by every dbt-ivm adapter; the adapter-specific part is `<adapter>__stream_table_run`, which
+  hands the compiled SQL and config to the engine. dbt_ivm is an internal package like dbt's own, so its
+  macros dispatch in the `dbt` namespace (dbt cannot search an internal package by its own name).
+-#}
+{% materialization stream_table, default %}
+
+  {%- set target_relation = this.incorporate(type='table') -%}
+  {%- set existing_relation = load_cached_relation(this) -%}
+  {%- set grant_config = config.get('grants') -%}
+
+  {{ run_hooks(pre_hooks, inside_transaction=False) }}
+  {{ run_hooks(pre_hooks, inside_transaction=True) }}
+
+  {#- A view or materialized view of the same name (the model's previous materialization) makes way. -#}
+  {%- if existing_relation is not none and not existing_relation.is_table -%}
+    {{ log('Dropping ' ~ existing_relation ~ ' (a ' ~ existing_relation.type ~ ') to create stream table ' ~ target_relation) }}
+    {% do adapter.drop_relation(existing_relation) %}
+  {%- endif -%}
+
+  {%- set result = adapter.dispatch('stream_table_run', 'dbt')(
+        target_relation, sql, ivm_stream_table_config(), should_full_refresh()) -%}
+  {#- What `dbt run` prints for this model: action, rows changed, seconds. -#}
+  {% do store_raw_result('main', message=result['summary'], code=result['action'], rows_affected=result['rows_changed']) %}
+
+  {{ run_hooks(post_hooks, inside_transaction=True) }}
+
+  {% do apply_grants(target_relation, grant_config, should_revoke=should_revoke(existing_relation, full_refresh_mode=True)) %}
+  {% do persist_docs(target_relation, model) %}
+
+  {% do adapter.dispatch('stream_table_commit', 'dbt')() %}
+
+  {{ run_hooks(post_hooks, inside_transaction=False) }}
+
+  {{ return({'relations': [target_relation]}) }}
+
+{% endmaterialization %}
+
+
+{#- The model's stream-table settings, with their defaults (validated by the adapter). -#}
+{% macro ivm_stream_table_config() %}
+  {{ return({
+      'refresh_mode': config.get('refresh_mode', 'auto'),
+      'ivm_catalog_schema': config.get('ivm_catalog_schema', 'dbt'),
+      'on_configuration_change': config.get('on_configuration_change', 'apply'),
+      'full_refresh_threshold': config.get('full_refresh_threshold', 0.5),
+      'user_triggers': config.get('user_triggers', 'auto'),
+      'notify_channel': config.get('notify_channel', none),
+  }) }}
+{% endmacro %}
+
+
+{% macro default__stream_table_run(relation, sql, ivm_config, full_refresh) %}
+  {{ exceptions.raise_compiler_error(
+      "materialized='stream_table' (model " ~ model.name ~ ") needs a dbt-ivm adapter "
+      ~ "(type: ivm_postgres); this profile uses " ~ adapter.type()) }}
+{% endmacro %}
+
+
+{#- Commit whatever dbt's own connection still has open (post-hooks, grants, docs); adapters without transactions do nothing. -#}
+{% macro default__stream_table_commit() %}
+{% endmacro %}
