@@ -179,7 +179,9 @@ def check_stream_tables(backend: Backend, queries: dict[str, str]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--target", choices=sorted(BACKENDS), default="postgres")
     parser.add_argument("--pg-bin", default=None, help="bin directory of another PostgreSQL build (>= 15)")
     parser.add_argument("--keep-server", action="store_true", help="leave the server running afterwards")
