@@ -47,3 +47,21 @@ def dbt_profile_target(pg_server: Any, dbt_database: str) -> dict[str, Any]:
         "dbname": dbt_database,
     }
 
+
+# TEMPORARY-WORKAROUND (not to be committed): the root pg_server runs initdb with uid dbt_ivm_pg but gid root,
+# so pytest's 0700 parents need group execute too.
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import os
+    import stat
+    from pathlib import Path
+
+    from dbt_ivm.embedded import postgres_server
+
+    base = Path(tmp_path_factory.mktemp("pg"))
+    for parent in [base, *base.parents]:
+        parent.chmod(parent.stat().st_mode | stat.S_IXGRP | stat.S_IXOTH)
+    data_dir = base / "data"
+    server = postgres_server.start(data_dir, bin_dir=os.environ.get("DBT_IVM_PG_BIN") or None)
+    yield server
+    postgres_server.destroy(data_dir)

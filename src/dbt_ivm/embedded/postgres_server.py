@@ -150,7 +150,12 @@ def start(data_dir: Path | str, bin_dir: Path | str | None = None, fast: bool = 
     if fast:
         options += "".join(f" -c {setting}" for setting in FAST_SETTINGS)
     log_file = data_dir / "server.log"
-    _pg(bins, "pg_ctl", ["-D", str(data_dir), "-l", str(log_file), "-o", options, "-w", "-t", "60", "start"], user)
+    _pg(
+        bins,
+        "pg_ctl",
+        ["-D", str(data_dir), "-l", str(log_file), "-o", options, "-w", "-t", "60", "start"],
+        user,
+    )
     port_file = data_dir / PORT_FILE
     port_file.write_text(str(port))
     if user is not None:

@@ -1,0 +1,56 @@
+"""What the engine needs to know about source tables, independent of the database.
+
+A `Catalog` answers "which columns and primary key does this table have"; the PostgreSQL and
+Spark runtimes implement it against their system catalogs, tests may use `StaticCatalog`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # the database's own spelling, e.g. "numeric(10,2)" or "decimal(10,2)"
+    nullable: bool = True
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    schema: str
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()  # empty: rows are identified by value (duplicates allowed)
+    kind: str = "table"  # "table" | "view" | "other"
+    view_sql: str | None = None  # a view's definition, when kind == "view"
+    identity: str = ""  # something that changes when the table is dropped and recreated (oid, uuid)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+class Catalog(Protocol):
+    def lookup(self, schema: str | None, name: str) -> TableInfo | None:
+        """The table `schema.name` (schema None: the search path), or None if it does not exist."""
+
+
+class StaticCatalog:
+    """A catalog held in memory, for doctests and pure-engine tests.
+
+    >>> cat = StaticCatalog([TableInfo("public", "t", (Column("a", "int"),), ("a",))])
+    >>> cat.lookup(None, "t").primary_key
+    ('a',)
+    """
+
+    def __init__(self, tables: list[TableInfo], default_schema: str = "public") -> None:
+        self._tables = {(t.schema, t.name): t for t in tables}
+        self._default_schema = default_schema
+
+    def lookup(self, schema: str | None, name: str) -> TableInfo | None:
+        return self._tables.get((schema or self._default_schema, name))

@@ -1,0 +1,96 @@
+"""The physical shape of a stream table: user columns, hidden bookkeeping columns, and its row key.
+
+Three kinds of stream table:
+
+* ``aggregate`` — one row per group; key = the group keys; hidden state lets every aggregate be
+  updated from its old value and the delta (a reference count, sums, non-NULL counts).
+* ``keyed`` — a select/project/join over sources that all have primary keys; every result row is
+  identified by the primary keys of the source rows it came from (hidden ``__ivm_k*`` columns).
+* ``multiset`` — some source has no primary key, so identical rows may repeat; rows are identified by
+  their values plus an ordinal ``__ivm_dup`` (1..n among identical rows).
+
+>>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
+>>> from dbt_ivm.plan import build_plan
+>>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
+...                    Column("amount", "numeric")), ("id",))
+>>> plan = build_plan("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
+...                   StaticCatalog([orders]), "customer_totals")
+>>> lay = layout_of(plan)
+>>> lay.kind, lay.key, lay.hidden
+('aggregate', ('customer',), ('__ivm_count', '__ivm_a0_sum', '__ivm_a0_nn'))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlglot import exp
+
+from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.plan.nodes import AggCall, Aggregate, Plan, Project, scans_of
+
+Kind = Literal["aggregate", "keyed", "multiset"]
+COUNT = "__ivm_count"
+DUP = "__ivm_dup"
+HASH = "__ivm_hash"
+
+
+@dataclass(frozen=True)
+class Layout:
+    kind: Kind
+    user: tuple[str, ...]  # the query's output columns, in order
+    hidden: tuple[str, ...]  # bookkeeping columns the delta computes (not DUP / HASH)
+    key: tuple[str, ...]  # columns that identify a row (multiset: all user columns, plus DUP)
+    group_columns: tuple[str, ...] = ()  # aggregate: the column holding each group key, by index
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Columns a row delta carries (user + hidden), in table order."""
+        return self.user + self.hidden
+
+    @property
+    def is_global_aggregate(self) -> bool:
+        return self.kind == "aggregate" and not self.key
+
+
+def state_columns(call: AggCall) -> tuple[str, ...]:
+    """Hidden columns that hold one aggregate's state (COUNT(*) shares the group's reference count)."""
+    prefix = f"__ivm_a{call.index}"
+    if call.func == "count_star":
+        return ()
+    if call.func == "count":
+        return (f"{prefix}_count",)
+    return (f"{prefix}_sum", f"{prefix}_nn")
+
+
+def key_column(scan_position: int, pk_column: str) -> str:
+    return f"__ivm_k{scan_position}_{pk_column}"
+
+
+def layout_of(plan: Plan) -> Layout:
+    user = tuple(o.name for o in plan.outputs)
+    if isinstance(plan, Aggregate):
+        return _aggregate_layout(plan, user)
+    assert isinstance(plan, Project)
+    scans = scans_of(plan.input)
+    if all(s.table.primary_key for s in scans):
+        keys = tuple(key_column(s.position, c) for s in scans for c in s.table.primary_key)
+        return Layout("keyed", user, keys, keys)
+    return Layout("multiset", user, (), user)
+
+
+def _aggregate_layout(plan: Aggregate, user: tuple[str, ...]) -> Layout:
+    group_columns: list[str] = []
+    hidden: list[str] = []
+    for index in range(len(plan.group_by)):
+        placeholder = exp.column(group_placeholder(index), quoted=True)
+        shown = next((o.name for o in plan.outputs if o.expression == placeholder), None)
+        if shown is None:
+            shown = f"__ivm_g{index}"
+            hidden.append(shown)
+        group_columns.append(shown)
+    hidden.append(COUNT)
+    for call in plan.calls:
+        hidden.extend(state_columns(call))
+    return Layout("aggregate", user, tuple(hidden), tuple(group_columns), tuple(group_columns))

@@ -1,0 +1,302 @@
+"""From model SQL to a logical plan: parse, resolve names with sqlglot's optimizer, then map clauses
+onto operators. Anything the delta rules cannot maintain is refused here, by construct name.
+
+>>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
+>>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
+...                    Column("amount", "numeric")), ("id",))
+>>> plan = build_plan("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
+...                   StaticCatalog([orders]), "customer_totals")
+>>> [o.name for o in plan.outputs], [c.func for c in plan.calls]
+(['customer', 'total'], ['sum'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import OptimizeError, ParseError
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
+from sqlglot.optimizer.qualify import qualify
+
+from dbt_ivm.catalog import Catalog, TableInfo
+from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
+from dbt_ivm.plan.nodes import (
+    AggCall,
+    AggFunc,
+    Aggregate,
+    Filter,
+    Join,
+    Output,
+    Plan,
+    Project,
+    Relation,
+    Scan,
+)
+
+# Functions whose value changes between a refresh and a recomputation: the table could never equal its query.
+VOLATILE_FUNCTIONS = {
+    "now",
+    "random",
+    "rand",
+    "clock_timestamp",
+    "statement_timestamp",
+    "transaction_timestamp",
+    "timeofday",
+    "gen_random_uuid",
+    "uuid",
+    "current_timestamp",
+    "current_date",
+    "current_time",
+    "localtimestamp",
+    "localtime",
+    "nextval",
+}
+VOLATILE_NODES = (exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.Rand)
+SUPPORTED_AGGREGATES: dict[type[exp.Expr], AggFunc] = {
+    exp.Count: "count",
+    exp.Sum: "sum",
+    exp.Avg: "avg",
+}
+MAX_VIEW_DEPTH = 16
+
+
+def build_plan(
+    sql: str,
+    catalog: Catalog,
+    model: str,
+    output_names: Sequence[str] | None = None,
+    dialect: str = "postgres",
+) -> Plan:
+    """Plan the defining query `sql` of `model`. `output_names` (from the database) override aliases."""
+    tree = _parse(sql, model, dialect)
+    tables = _resolve_tables(tree, catalog, model, dialect)
+    # sqlglot wants {schema: {table: {column: type}}}
+    by_schema: dict[str, dict[str, dict[str, str]]] = {}
+    for t in tables.values():
+        by_schema.setdefault(t.schema, {})[t.name] = {c.name: c.type for c in t.columns}
+    schema: dict[str, object] = dict(by_schema)
+    try:
+        tree = qualify(
+            tree, schema=schema, dialect=dialect, quote_identifiers=True, validate_qualify_columns=True
+        )
+        tree = merge_subqueries(tree)
+    except OptimizeError as error:
+        raise InvalidQuery(model, str(error)) from error
+    if not isinstance(tree, exp.Select):
+        raise UnsupportedQuery(model, f"top-level `{type(tree).__name__.upper()}`", "write a single SELECT")
+    _refuse_unsupported(tree, model)
+    relation = _relation(tree, tables, model)
+    names = list(output_names) if output_names is not None else [s.alias_or_name for s in tree.selects]
+    if len(names) != len(tree.selects):
+        raise InvalidQuery(model, f"expected {len(tree.selects)} output names, got {len(names)}")
+    outputs = tuple(Output(name, _unalias(s)) for name, s in zip(names, tree.selects, strict=True))
+    if _is_aggregate(tree):
+        return _aggregate(tree, relation, outputs, model)
+    return Project(relation, outputs)
+
+
+def _parse(sql: str, model: str, dialect: str) -> exp.Expr:
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except ParseError as error:
+        raise InvalidQuery(model, f"syntax error: {error}") from error
+    if len(statements) != 1:
+        raise InvalidQuery(model, f"expected one SELECT statement, found {len(statements)}")
+    tree = statements[0]
+    if not isinstance(tree, exp.Query):
+        raise InvalidQuery(
+            model, f"a stream table is defined by a SELECT, not `{type(tree).__name__.upper()}`"
+        )
+    if isinstance(tree, exp.SetOperation):
+        kind = type(tree).__name__.upper()
+        raise UnsupportedQuery(model, f"`{kind}`", "split each branch into its own stream table")
+    assert isinstance(tree, exp.Expr)
+    return tree
+
+
+def _cte_names(tree: exp.Expr) -> set[str]:
+    return {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+
+
+def _resolve_tables(tree: exp.Expr, catalog: Catalog, model: str, dialect: str) -> dict[str, TableInfo]:
+    """Look every table up, expanding views in place; strip database names (one database per query)."""
+    found: dict[str, TableInfo] = {}
+    for _ in range(MAX_VIEW_DEPTH):
+        expanded = False
+        ctes = _cte_names(tree)
+        for table in list(tree.find_all(exp.Table)):
+            if not table.args.get("db") and table.name in ctes:
+                continue
+            if not isinstance(table.this, exp.Identifier):
+                raise UnsupportedQuery(model, f"table function `{table.sql(dialect)}`", "select from a table")
+            info = catalog.lookup(table.db or None, table.name)
+            if info is None:
+                raise InvalidQuery(model, f"relation {table.sql(dialect)} does not exist")
+            if info.kind == "view" and info.view_sql:
+                view = _parse(info.view_sql, model, dialect)
+                alias = table.alias_or_name
+                table.replace(exp.Subquery(this=view, alias=exp.TableAlias(this=exp.to_identifier(alias))))
+                expanded = True
+                continue
+            if info.kind != "table":
+                raise UnsupportedQuery(
+                    model, f"{info.kind} {info.qualified}", "read from tables (or views over tables)"
+                )
+            table.set("catalog", None)
+            table.set("db", exp.to_identifier(info.schema))
+            found[info.qualified] = info
+        if not expanded:
+            return found
+    raise UnsupportedQuery(model, "views nested more than 16 deep")
+
+
+def _unalias(select: exp.Expr) -> exp.Expr:
+    return select.this if isinstance(select, exp.Alias) else select
+
+
+def _refuse_unsupported(tree: exp.Select, model: str) -> None:
+    for node in tree.walk():
+        if isinstance(node, exp.Window):
+            raise UnsupportedQuery(
+                model, f"window function `{node.this.sql('postgres')}`", "use refresh_mode='full'"
+            )
+        if isinstance(node, exp.Subquery | exp.Exists) or (isinstance(node, exp.Select) and node is not tree):
+            raise UnsupportedQuery(model, f"subquery `{node.sql('postgres')[:60]}`", "join instead")
+        if isinstance(node, VOLATILE_NODES) or (
+            isinstance(node, exp.Func) and node.sql_name().lower() in VOLATILE_FUNCTIONS
+        ):
+            raise UnsupportedQuery(
+                model, f"non-deterministic function `{node.sql('postgres')}`", "compute it outside the model"
+            )
+    for clause, construct in (("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
+        if tree.args.get(clause):
+            raise UnsupportedQuery(model, f"`{construct}`", "filter in a downstream model")
+    distinct = tree.args.get("distinct")
+    if distinct is not None and distinct.args.get("on"):
+        raise UnsupportedQuery(model, "`DISTINCT ON`", "use GROUP BY")
+    group = tree.args.get("group")
+    if group is not None and any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup")):
+        raise UnsupportedQuery(model, "`GROUPING SETS / CUBE / ROLLUP`", "one stream table per grouping")
+    for join in tree.args.get("joins") or []:
+        side = (join.side or "").upper()
+        kind = (join.kind or "").upper()
+        if side or kind not in ("", "INNER", "CROSS"):
+            name = " ".join(p for p in (side, kind) if p) + " JOIN"
+            raise UnsupportedQuery(model, f"`{name}`", "use an inner join, or refresh_mode='full'")
+        if join.args.get("using"):
+            raise UnsupportedQuery(model, "`JOIN ... USING`", "write JOIN ... ON")
+
+
+def _scan_of(node: exp.Expr, tables: dict[str, TableInfo], position: int, model: str) -> Scan:
+    if not isinstance(node, exp.Table):
+        raise UnsupportedQuery(model, f"FROM item `{node.sql('postgres')[:60]}`", "select from tables")
+    info = tables[f"{node.db}.{node.name}"]
+    return Scan(position=position, alias=node.alias_or_name, table=info)
+
+
+def _relation(tree: exp.Select, tables: dict[str, TableInfo], model: str) -> Relation:
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if from_ is None:
+        raise UnsupportedQuery(model, "SELECT without FROM", "select from a table")
+    scans = [_scan_of(from_.this, tables, 0, model)]
+    conditions: list[exp.Expr] = []
+    for join in tree.args.get("joins") or []:
+        scans.append(_scan_of(join.this, tables, len(scans), model))
+        if join.args.get("on"):
+            conditions.append(join.args["on"])
+    where = tree.args.get("where")
+    if where is not None:
+        conditions.append(where.this)
+    join_node = Join(tuple(scans))
+    if not conditions:
+        return join_node
+    predicate = conditions[0]
+    for extra in conditions[1:]:
+        predicate = exp.and_(predicate, extra)
+    return Filter(join_node, predicate)
+
+
+def _is_aggregate(tree: exp.Select) -> bool:
+    if tree.args.get("group") or tree.args.get("distinct"):
+        return True
+    return any(s.find(exp.AggFunc) for s in tree.selects)
+
+
+def _aggregate(tree: exp.Select, relation: Relation, outputs: tuple[Output, ...], model: str) -> Aggregate:
+    if tree.args.get("distinct"):
+        keys: list[exp.Expr] = [o.expression for o in outputs]
+        if any(k.find(exp.AggFunc) for k in keys):
+            raise UnsupportedQuery(model, "`DISTINCT` over aggregates", "drop DISTINCT")
+    else:
+        group = tree.args.get("group")
+        keys = list(group.expressions) if group is not None else []
+    calls: list[AggCall] = []
+    templated = [_template(o.expression, keys, calls, model) for o in outputs]
+    # Columns functionally dependent on a grouped primary key are legal in PostgreSQL; grouping by them
+    # too changes no group and lets us keep them as state.
+    for expression in templated:
+        for column in expression.find_all(exp.Column):
+            if column.table and not column.name.startswith("__ivm_"):
+                keys.append(column.copy())
+    if len(keys) > len(tree.args["group"].expressions if tree.args.get("group") else []):
+        calls = []
+        templated = [_template(o.expression, keys, calls, model) for o in outputs]
+    return Aggregate(
+        input=relation,
+        group_by=tuple(keys),
+        calls=tuple(calls),
+        outputs=tuple(Output(o.name, t) for o, t in zip(outputs, templated, strict=True)),
+        original_outputs=outputs,
+    )
+
+
+def group_placeholder(index: int) -> str:
+    return f"__ivm_g{index}"
+
+
+def agg_placeholder(index: int) -> str:
+    return f"__ivm_agg{index}"
+
+
+def _template(expression: exp.Expr, keys: list[exp.Expr], calls: list[AggCall], model: str) -> exp.Expr:
+    """Replace aggregate calls and group keys in an output expression by placeholder columns."""
+    if isinstance(expression, exp.AggFunc):
+        call = _agg_call(expression, calls, model)
+        return exp.column(agg_placeholder(call.index), quoted=True)
+    for index, key in enumerate(keys):
+        if expression == key:
+            return exp.column(group_placeholder(index), quoted=True)
+    copy = expression.copy()
+    for name, value in list(copy.args.items()):
+        if isinstance(value, exp.Expr):
+            copy.set(name, _template(value, keys, calls, model))
+        elif isinstance(value, list):
+            copy.set(
+                name,
+                [_template(v, keys, calls, model) if isinstance(v, exp.Expr) else v for v in value],
+            )
+    return copy
+
+
+def _agg_call(node: exp.AggFunc, calls: list[AggCall], model: str) -> AggCall:
+    func = SUPPORTED_AGGREGATES.get(type(node))
+    text = node.sql("postgres")
+    if func is None:
+        raise UnsupportedQuery(model, f"aggregate `{text}`", "use COUNT, SUM or AVG, or refresh_mode='full'")
+    argument: exp.Expr | None = node.this
+    if isinstance(argument, exp.Distinct):
+        raise UnsupportedQuery(model, f"aggregate `{text}` (DISTINCT)", "use refresh_mode='full'")
+    if node.find_ancestor(exp.Filter) is not None or isinstance(node.parent, exp.Filter):
+        raise UnsupportedQuery(model, f"aggregate `{text}` with FILTER", "use CASE WHEN inside the aggregate")
+    if func == "count" and (argument is None or isinstance(argument, exp.Star)):
+        func, argument = "count_star", None
+    if argument is not None and argument.find(exp.AggFunc):
+        raise UnsupportedQuery(model, f"nested aggregate `{text}`")
+    for existing in calls:
+        if existing.func == func and existing.argument == argument:
+            return existing
+    call = AggCall(index=len(calls), func=func, argument=argument, original=node.copy())
+    calls.append(call)
+    return call

@@ -1,0 +1,1 @@
+"""PostgreSQL runtime: catalog lookups, capture triggers, exact batches, refresh and apply."""

@@ -1,0 +1,83 @@
+"""Apply strategies on PostgreSQL: create the table, apply a row delta with MERGE, FULL as a diff."""
+
+from __future__ import annotations
+
+from dbt_ivm.apply import keyed, multiset
+from dbt_ivm.keys import hash_sql
+from dbt_ivm.layout import DUP, HASH, Layout
+from dbt_ivm.postgres.db import Db
+from dbt_ivm.spec import RefreshResult
+from dbt_ivm.sqltext import WEIGHT, q
+
+ROWS, OPS = "__ivm_rows", "__ivm_ops"
+
+
+def plain_layout(names: list[str]) -> Layout:
+    """A query the delta rules cannot maintain: rows identified by value, refreshed FULL only."""
+    return Layout("multiset", tuple(names), (), tuple(names))
+
+
+def create_table(db: Db, relation: str, layout: Layout, contents: str) -> int:
+    """CREATE TABLE AS the contents, plus the key hash (and ordinals for repeated rows), indexed."""
+    columns = ", ".join(f"c.{q(col)}" for col in layout.columns)
+    extra = ""
+    if layout.kind == "multiset":
+        values = ", ".join(f"c.{q(col)}" for col in layout.columns)
+        extra = (
+            f", row_number() OVER (PARTITION BY {values}) AS {q(DUP)}, "
+            f"{hash_sql([f'c.{q(col)}' for col in layout.columns])} AS {q(HASH)}"
+        )
+    elif layout.key:
+        extra = f", {hash_sql([f'c.{q(k)}' for k in layout.key])} AS {q(HASH)}"
+    rows = db.execute(f"CREATE TABLE {relation} AS SELECT {columns}{extra} FROM ({contents}) AS c")
+    if extra:
+        db.execute(f"CREATE INDEX ON {relation} ({q(HASH)})")
+    return rows
+
+
+def apply_row_delta(db: Db, relation: str, layout: Layout, delta: str, result: RefreshResult) -> None:
+    """Apply a row delta (layout columns + weight) and count what changed into `result`."""
+    if layout.kind == "multiset":
+        db.execute(
+            f"CREATE TEMP TABLE {q(ROWS)} ON COMMIT DROP AS {multiset.summed_rows_sql(layout, delta, True)}"
+        )
+        db.execute(f"ANALYZE {q(ROWS)}")
+        ops = multiset.ordinal_ops_sql(layout, f"pg_temp.{q(ROWS)}", relation, True)
+        db.execute(f"CREATE TEMP TABLE {q(OPS)} ON COMMIT DROP AS {ops}")
+        counts = db.one(
+            f"SELECT COALESCE(SUM(CASE WHEN {q(WEIGHT)} > 0 THEN 1 ELSE 0 END), 0), "
+            f"COALESCE(SUM(CASE WHEN {q(WEIGHT)} < 0 THEN 1 ELSE 0 END), 0) FROM pg_temp.{q(OPS)}"
+        )
+        assert counts is not None
+        result.rows_inserted += int(counts[0])
+        result.rows_deleted += int(counts[1])
+        if counts[0] or counts[1]:
+            db.execute(f"ANALYZE {q(OPS)}")
+            db.execute(multiset.merge_sql(layout, f"pg_temp.{q(OPS)}", relation, True))
+        return
+    use_hash = bool(layout.key)
+    db.execute(
+        f"CREATE TEMP TABLE {q(ROWS)} ON COMMIT DROP AS {keyed.consolidated_rows_sql(layout, delta, use_hash)}"
+    )
+    db.execute(f"ANALYZE {q(ROWS)}")
+    counts = db.one(keyed.counts_sql(layout, f"pg_temp.{q(ROWS)}", relation, use_hash))
+    assert counts is not None
+    inserted, updated, deleted = (int(c) for c in counts)
+    result.rows_inserted += inserted
+    result.rows_updated += updated
+    result.rows_deleted += deleted
+    if inserted or updated or deleted:
+        db.execute(keyed.merge_sql(layout, f"pg_temp.{q(ROWS)}", relation, use_hash))
+
+
+def full_delta_sql(relation: str, layout: Layout, contents: str) -> str:
+    """New contents (+1) against stored contents (−1): FULL refresh as a row delta."""
+    columns = ", ".join(q(c) for c in layout.columns)
+    return (
+        f"SELECT {columns}, 1 AS {q(WEIGHT)} FROM ({contents}) AS {q('__ivm_new')} "
+        f"UNION ALL SELECT {columns}, -1 AS {q(WEIGHT)} FROM {relation}"
+    )
+
+
+def apply_full_diff(db: Db, relation: str, layout: Layout, contents: str, result: RefreshResult) -> None:
+    apply_row_delta(db, relation, layout, full_delta_sql(relation, layout, contents), result)

@@ -1,0 +1,132 @@
+"""Change capture: statement-level AFTER triggers with transition tables writing typed change buffers.
+
+One buffer per source table, shared by every stream table reading it. Following one row:
+``UPDATE orders SET amount = 59.99 WHERE id = 1`` fires the UPDATE trigger once for the statement;
+it appends the old image (weight −1) and then the new image (weight +1) to
+``dbt_ivm.changes_<oid>``, each stamped with the writer's ``pg_current_xact_id()`` — native column
+types, no JSON. TRUNCATE cannot list its rows, so its trigger appends a marker (weight 0) that
+forces the next refresh of every consumer to be FULL.
+"""
+
+from __future__ import annotations
+
+from dbt_ivm.catalog import TableInfo
+from dbt_ivm.postgres.db import Db
+from dbt_ivm.sqltext import SEQ, WEIGHT, lit, q, qn
+
+XID = "__ivm_xid"
+TRIGGER_PREFIX = "__ivm_capture_"
+NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
+
+
+def buffer_name(table: TableInfo) -> str:
+    return f"changes_{table.identity}"
+
+
+def function_name(table: TableInfo) -> str:
+    return f"capture_{table.identity}"
+
+
+def installed(db: Db, catalog: str, table: TableInfo) -> bool:
+    """Are this table's capture triggers in place, writing a buffer with all of its current columns?"""
+    row = db.one(
+        f"SELECT source_oid::text, columns FROM {qn(catalog, 'change_buffers')} WHERE source = %s",
+        (table.qualified,),
+    )
+    if row is None or row[0] != table.identity or list(row[1]) != table.column_names():
+        return False
+    count = db.value(
+        "SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::oid AND tgname LIKE %s",
+        (table.identity, TRIGGER_PREFIX + "%"),
+    )
+    return int(count) == 4
+
+
+def install(db: Db, catalog: str, table: TableInfo) -> None:
+    """(Re)create the buffer, capture function and the four triggers. Runs in the caller's transaction."""
+    buffer = qn(catalog, buffer_name(table))
+    function = qn(catalog, function_name(table))
+    source = qn(table.schema, table.name)
+    column_defs = ", ".join(f"{q(c.name)} {c.type}" for c in table.columns)
+    db.execute(f"DROP TABLE IF EXISTS {buffer}")
+    db.execute(
+        f"CREATE TABLE {buffer} ({q(SEQ)} bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+        f"{q(XID)} xid8 NOT NULL DEFAULT pg_current_xact_id(), {q(WEIGHT)} smallint NOT NULL"
+        f"{', ' + column_defs if column_defs else ''})"
+    )
+    db.execute(f"CREATE INDEX ON {buffer} ({q(XID)})")
+    # Only the capture function (SECURITY DEFINER) writes the buffer: it gets no privileges of its own.
+    db.execute(f"REVOKE ALL ON {buffer} FROM PUBLIC")
+    names = ", ".join(q(c.name) for c in table.columns)
+
+    def copy(weight: int, rows: str) -> str:
+        values = ", ".join(f"r.{q(c.name)}" for c in table.columns)
+        return f"INSERT INTO {buffer} ({q(WEIGHT)}, {names}) SELECT {weight}, {values} FROM {q(rows)} AS r;"
+
+    db.execute(
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
+        f"SET search_path = pg_catalog, pg_temp AS $ivm$\nBEGIN\n"
+        f"  IF TG_OP = 'INSERT' THEN {copy(1, NEW_ROWS)}\n"
+        f"  ELSIF TG_OP = 'UPDATE' THEN {copy(-1, OLD_ROWS)} {copy(1, NEW_ROWS)}\n"
+        f"  ELSIF TG_OP = 'DELETE' THEN {copy(-1, OLD_ROWS)}\n"
+        f"  ELSE INSERT INTO {buffer} ({q(WEIGHT)}) VALUES (0);\n"
+        f"  END IF;\n  RETURN NULL;\nEND\n$ivm$"
+    )
+    db.execute(f"REVOKE ALL ON FUNCTION {function}() FROM PUBLIC")
+    triggers = {
+        "ins": f"AFTER INSERT ON {source} REFERENCING NEW TABLE AS {q(NEW_ROWS)}",
+        "upd": f"AFTER UPDATE ON {source} REFERENCING OLD TABLE AS {q(OLD_ROWS)} NEW TABLE AS {q(NEW_ROWS)}",
+        "del": f"AFTER DELETE ON {source} REFERENCING OLD TABLE AS {q(OLD_ROWS)}",
+        "trunc": f"AFTER TRUNCATE ON {source}",
+    }
+    for suffix, timing in triggers.items():
+        db.execute(
+            f"CREATE OR REPLACE TRIGGER {q(TRIGGER_PREFIX + suffix)} {timing} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+        )
+    db.execute(
+        f"INSERT INTO {qn(catalog, 'change_buffers')} (source, source_oid, buffer_table, columns, primary_key) "
+        f"VALUES (%s, %s::oid, %s, %s, %s) ON CONFLICT (source) DO UPDATE SET source_oid = EXCLUDED.source_oid, "
+        f"buffer_table = EXCLUDED.buffer_table, columns = EXCLUDED.columns, primary_key = EXCLUDED.primary_key, "
+        f"installed_at = now()",
+        (table.qualified, table.identity, buffer_name(table), table.column_names(), list(table.primary_key)),
+    )
+    # Consumers' frontiers say nothing about a new buffer: their next refresh must be FULL.
+    db.execute(
+        f"UPDATE {qn(catalog, 'stream_tables')} SET needs_full = %s "
+        f"WHERE %s = ANY (sources) AND frontier IS NOT NULL",
+        (f"change capture on {table.qualified} was (re)installed", table.qualified),
+    )
+
+
+def pending_filter(frontier_sql: str) -> str:
+    """Buffer rows committed after the frontier snapshot (and visible to this transaction's snapshot)."""
+    return f"{q(XID)} >= pg_snapshot_xmin({frontier_sql}) AND NOT pg_visible_in_snapshot({q(XID)}, {frontier_sql})"
+
+
+def raw_changes_sql(catalog: str, table: TableInfo, frontier: str) -> str:
+    """The source's raw changes since `frontier` (a pg_snapshot text), as a relation."""
+    cols = ", ".join(q(c) for c in table.column_names())
+    frontier_sql = f"{lit(frontier)}::pg_snapshot"
+    return (
+        f"(SELECT {q(SEQ)}, {q(WEIGHT)}, {cols} FROM {qn(catalog, buffer_name(table))} "
+        f"WHERE {pending_filter(frontier_sql)} AND {q(WEIGHT)} <> 0)"
+    )
+
+
+def pending_stats_sql(catalog: str, table: TableInfo, frontier: str) -> str:
+    frontier_sql = f"{lit(frontier)}::pg_snapshot"
+    return (
+        f"SELECT count(*), COALESCE(bool_or({q(WEIGHT)} = 0), false) FROM {qn(catalog, buffer_name(table))} "
+        f"WHERE {pending_filter(frontier_sql)}"
+    )
+
+
+def cleanup(db: Db, catalog: str, table: TableInfo) -> int:
+    """Delete buffer rows that every consuming stream table's frontier already covers."""
+    return db.execute(
+        f"DELETE FROM {qn(catalog, buffer_name(table))} AS b WHERE NOT EXISTS ("
+        f"SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE %s = ANY (s.sources) AND ("
+        f"s.frontier IS NULL OR NOT pg_visible_in_snapshot(b.{q(XID)}, s.frontier)))",
+        (table.qualified,),
+    )

@@ -1,0 +1,60 @@
+"""The engine's Catalog over PostgreSQL's system catalogs."""
+
+from __future__ import annotations
+
+from dbt_ivm.catalog import Column, TableInfo
+from dbt_ivm.postgres.db import Db
+from dbt_ivm.sqltext import qn
+
+KINDS = {"r": "table", "p": "table", "v": "view", "m": "materialized view", "f": "foreign table"}
+
+
+class PostgresCatalog:
+    def __init__(self, db: Db) -> None:
+        self.db = db
+
+    def lookup(self, schema: str | None, name: str) -> TableInfo | None:
+        target = qn(schema, name) if schema else qn(name)
+        row = self.db.one(
+            "SELECT c.oid, n.nspname, c.relname, c.relkind, "
+            "CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) END "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
+            (target,),
+        )
+        if row is None:
+            return None
+        oid, nspname, relname, relkind, view_sql = row
+        columns = self.db.rows(
+            "SELECT attname, format_type(atttypid, atttypmod), NOT attnotnull FROM pg_attribute "
+            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (oid,),
+        )
+        primary_key = self.db.rows(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) "
+            "WHERE i.indrelid = %s AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)",
+            (oid,),
+        )
+        return TableInfo(
+            schema=nspname,
+            name=relname,
+            columns=tuple(Column(n, t, bool(nullable)) for n, t, nullable in columns),
+            primary_key=tuple(r[0] for r in primary_key),
+            kind=KINDS.get(relkind, "other"),
+            view_sql=view_sql.rstrip().rstrip(";") if view_sql else None,
+            identity=str(oid),
+        )
+
+
+def describe(db: Db, sql: str) -> list[tuple[str, str]]:
+    """Output column names and types of a query, as PostgreSQL itself resolves them."""
+    db.execute("SAVEPOINT __ivm_describe")
+    try:
+        db.execute(f"CREATE TEMP VIEW __ivm_describe AS {sql}")
+        columns = db.rows(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = 'pg_temp.__ivm_describe'::regclass AND attnum > 0 ORDER BY attnum"
+        )
+    finally:
+        db.execute("ROLLBACK TO SAVEPOINT __ivm_describe")
+    return [(str(n), str(t)) for n, t in columns]

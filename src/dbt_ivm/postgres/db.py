@@ -1,0 +1,43 @@
+"""A thin typed layer over a DB-API connection in autocommit mode (the engine runs its own BEGIN/COMMIT)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+
+class Db:
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.statements: list[str] = []  # every statement run, for debugging and tests
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> int:
+        with self.connection.cursor() as cursor:
+            self.statements.append(sql)
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
+
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        with self.connection.cursor() as cursor:
+            self.statements.append(sql)
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+    def one(self, sql: str, params: Sequence[Any] | None = None) -> tuple[Any, ...] | None:
+        found = self.rows(sql, params)
+        return found[0] if found else None
+
+    def value(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        row = self.one(sql, params)
+        return None if row is None else row[0]
+
+    @contextmanager
+    def transaction(self, isolation: str = "READ COMMITTED") -> Iterator[Db]:
+        self.execute(f"BEGIN ISOLATION LEVEL {isolation}")
+        try:
+            yield self
+        except BaseException:
+            self.execute("ROLLBACK")
+            raise
+        self.execute("COMMIT")

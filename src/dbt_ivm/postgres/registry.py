@@ -1,0 +1,100 @@
+"""The catalog schema (default ``dbt_ivm``): which stream tables exist, their frontiers and history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dbt_ivm.postgres.db import Db
+from dbt_ivm.sqltext import q, qn
+
+BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
+
+
+def bootstrap(db: Db, catalog: str) -> None:
+    """Create the catalog schema and its tables if missing (safe to run concurrently)."""
+    s = q(catalog)
+    with db.transaction():
+        db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (BOOTSTRAP_LOCK,))
+        db.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}.{q('stream_tables')} ("
+            "stream_table text PRIMARY KEY, schema_name text NOT NULL, table_name text NOT NULL, "
+            "defining_query text NOT NULL, fingerprint text NOT NULL, refresh_mode text NOT NULL, "
+            "layout_kind text, differential_ok boolean NOT NULL, unsupported_reason text, "
+            "sources text[] NOT NULL DEFAULT '{}', frontier pg_snapshot, needs_full text, "
+            "created_at timestamptz NOT NULL DEFAULT now(), refreshed_at timestamptz)"
+        )
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}.{q('change_buffers')} ("
+            "source text PRIMARY KEY, source_oid oid NOT NULL, buffer_table text NOT NULL, "
+            "columns text[] NOT NULL, primary_key text[] NOT NULL, installed_at timestamptz NOT NULL DEFAULT now())"
+        )
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}.{q('refresh_history')} ("
+            "refresh_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, stream_table text NOT NULL, "
+            "action text NOT NULL, rows_inserted bigint NOT NULL DEFAULT 0, rows_updated bigint NOT NULL DEFAULT 0, "
+            "rows_deleted bigint NOT NULL DEFAULT 0, changes_read bigint NOT NULL DEFAULT 0, "
+            "duration_seconds double precision, status text NOT NULL, reason text, error_text text, "
+            "initiated_by text, started_at timestamptz NOT NULL DEFAULT now(), finished_at timestamptz)"
+        )
+
+
+@dataclass
+class Registered:
+    stream_table: str
+    defining_query: str
+    fingerprint: str
+    refresh_mode: str
+    sources: list[str]
+    frontier: str | None
+    needs_full: str | None
+
+
+def lookup(db: Db, catalog: str, stream_table: str) -> Registered | None:
+    row = db.one(
+        f"SELECT stream_table, defining_query, fingerprint, refresh_mode, sources, frontier::text, needs_full "
+        f"FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s",
+        (stream_table,),
+    )
+    if row is None:
+        return None
+    return Registered(row[0], row[1], row[2], row[3], list(row[4] or []), row[5], row[6])
+
+
+def save(db: Db, catalog: str, values: dict[str, Any]) -> None:
+    """Insert or replace a stream table's registration; the frontier is the current snapshot."""
+    columns = list(values)
+    placeholders = ", ".join(["%s"] * len(columns))
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c != "stream_table")
+    db.execute(
+        f"INSERT INTO {qn(catalog, 'stream_tables')} ({', '.join(columns)}, frontier, refreshed_at) "
+        f"VALUES ({placeholders}, pg_current_snapshot(), now()) "
+        f"ON CONFLICT (stream_table) DO UPDATE SET {updates}, frontier = EXCLUDED.frontier, "
+        f"refreshed_at = EXCLUDED.refreshed_at, needs_full = NULL",
+        list(values.values()),
+    )
+
+
+def advance(db: Db, catalog: str, stream_table: str) -> None:
+    db.execute(
+        f"UPDATE {qn(catalog, 'stream_tables')} SET frontier = pg_current_snapshot(), refreshed_at = now(), "
+        "needs_full = NULL WHERE stream_table = %s",
+        (stream_table,),
+    )
+
+
+def unregister(db: Db, catalog: str, stream_table: str) -> None:
+    db.execute(f"DELETE FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s", (stream_table,))
+
+
+def record(db: Db, catalog: str, stream_table: str, values: dict[str, Any]) -> int:
+    columns = ["stream_table", *values]
+    placeholders = ", ".join(["%s"] * len(columns))
+    return int(
+        db.value(
+            f"INSERT INTO {qn(catalog, 'refresh_history')} ({', '.join(columns)}, finished_at) "
+            f"VALUES ({placeholders}, clock_timestamp()) RETURNING refresh_id",
+            [stream_table, *values.values()],
+        )
+    )

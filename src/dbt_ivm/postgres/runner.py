@@ -1,0 +1,343 @@
+"""Create and refresh one stream table on PostgreSQL.
+
+    run_stream_table(conn, spec)   # conn: a DB-API connection in autocommit mode
+
+First run: install capture on every source (its own transaction, so no writer slips between the
+snapshot and the triggers), then in one REPEATABLE READ transaction build the table from scratch and
+store that transaction's snapshot as the frontier. Later runs, in one REPEATABLE READ transaction:
+read exactly the buffer rows committed after the frontier, push them through the delta rules, apply
+the row delta, store the new frontier, delete buffer rows every consumer has seen. Two refreshes of
+one stream table serialize on a session advisory lock taken before the snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from dbt_ivm.catalog import TableInfo
+from dbt_ivm.contents import call_probe_sql, contents_sql
+from dbt_ivm.delta import Bindings, row_delta
+from dbt_ivm.delta.compact import compacted_sql
+from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
+from dbt_ivm.layout import Layout, layout_of
+from dbt_ivm.plan import build_plan
+from dbt_ivm.plan.nodes import Aggregate, Plan, scans_of
+from dbt_ivm.postgres import apply as pg_apply
+from dbt_ivm.postgres import capture, registry
+from dbt_ivm.postgres.catalog import PostgresCatalog, describe
+from dbt_ivm.postgres.db import Db
+from dbt_ivm.spec import RefreshResult, StreamTableSpec
+from dbt_ivm.sqltext import q, qn
+
+
+@dataclass
+class Compiled:
+    """A defining query resolved against the database: plan, layout, and what refreshing it needs."""
+
+    plan: Plan | None  # None: the query cannot be maintained differentially
+    layout: Layout | None
+    sources: list[TableInfo]
+    unsupported: UnsupportedQuery | None
+    call_types: dict[int, str]
+    output_types: list[tuple[str, str]]
+
+
+def fingerprint(sql: str) -> str:
+    return hashlib.sha256(" ".join(sql.split()).encode()).hexdigest()
+
+
+def _relation(spec: StreamTableSpec) -> str:
+    return qn(spec.schema, spec.name)
+
+
+def _key(spec: StreamTableSpec) -> str:
+    return f"{spec.schema}.{spec.name}"
+
+
+def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
+    """Plan `sql` inside the caller's transaction. Invalid SQL raises InvalidQuery naming the model."""
+    try:
+        output_types = describe(db, sql)
+    except IvmError:
+        raise
+    except Exception as error:
+        message = str(getattr(error, "pgerror", None) or error).strip()
+        raise InvalidQuery(spec.model, message) from error
+    catalog = PostgresCatalog(db)
+    try:
+        plan = build_plan(sql, catalog, spec.model, [n for n, _ in output_types])
+    except UnsupportedQuery as unsupported:
+        if spec.refresh_mode == "differential":
+            raise
+        return Compiled(None, None, [], unsupported, {}, output_types)
+    layout = layout_of(plan)
+    sources = list({s.table.qualified: s.table for s in scans_of(plan.input)}.values())
+    call_types: dict[int, str] = {}
+    if isinstance(plan, Aggregate):
+        probe = call_probe_sql(plan, _current_bindings(sources))
+        if probe is not None:
+            for (name, type_), call in zip(describe(db, probe), plan.calls, strict=True):
+                call_types[call.index] = type_
+                del name
+    return Compiled(plan, layout, sources, None, call_types, output_types)
+
+
+def _current_bindings(sources: list[TableInfo]) -> Bindings:
+    return Bindings(current={t.qualified: qn(t.schema, t.name) for t in sources})
+
+
+@contextmanager
+def _refresh_lock(db: Db, spec: StreamTableSpec) -> Iterator[None]:
+    """Serialize refreshes of one stream table; taken before the snapshot so the second sees the first."""
+    db.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"dbt_ivm refresh {_key(spec)}",))
+    try:
+        yield
+    finally:
+        db.execute("SELECT pg_advisory_unlock(hashtext(%s))", (f"dbt_ivm refresh {_key(spec)}",))
+
+
+def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult:
+    """Create the stream table or bring it up to date; returns what was done."""
+    db = Db(connection)
+    started = time.monotonic()
+    registry.bootstrap(db, spec.catalog_schema)
+    with _refresh_lock(db, spec):
+        try:
+            result = _run(db, spec)
+        except BaseException as error:
+            if isinstance(error, IvmError | Exception):
+                _record_failure(db, spec, error, time.monotonic() - started)
+            raise
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _record_failure(db: Db, spec: StreamTableSpec, error: BaseException, seconds: float) -> None:
+    try:
+        with db.transaction():
+            registry.record(
+                db,
+                spec.catalog_schema,
+                _key(spec),
+                {
+                    "action": "FAILED",
+                    "duration_seconds": seconds,
+                    "status": "FAILED",
+                    "error_text": str(error)[:4000],
+                    "initiated_by": spec.initiated_by,
+                },
+            )
+    except Exception:  # the original error matters more than the history row
+        pass
+
+
+def _run(db: Db, spec: StreamTableSpec) -> RefreshResult:
+    registered = registry.lookup(db, spec.catalog_schema, _key(spec))
+    exists = db.value("SELECT to_regclass(%s) IS NOT NULL", (_relation(spec),))
+    if registered is None or not exists:
+        return _build(db, spec, spec.sql, "CREATE" if not exists else "REBUILD", "first run")
+    if spec.full_refresh:
+        return _build(db, spec, spec.sql, "REBUILD", "--full-refresh")
+    if registered.fingerprint != fingerprint(spec.sql):
+        if spec.on_configuration_change == "fail":
+            raise IvmError(
+                f"model {spec.model}: the defining query changed and on_configuration_change='fail'; "
+                "run with --full-refresh or set on_configuration_change='apply'"
+            )
+        if spec.on_configuration_change == "apply":
+            return _build(db, spec, spec.sql, "REBUILD", "defining query changed")
+        result = _refresh(db, spec, registered.defining_query, registered)
+        result.warnings.append(
+            f"model {spec.model}: the defining query changed; on_configuration_change='continue' keeps "
+            "maintaining the previous query until --full-refresh"
+        )
+        return result
+    return _refresh(db, spec, registered.defining_query, registered)
+
+
+def _install_capture(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
+    """Install capture triggers for every source of `sql` that lacks them, in a committed transaction."""
+    with db.transaction():
+        compiled = compile_query(db, spec, sql)
+        if spec.refresh_mode != "full" and compiled.plan is not None:
+            for source in compiled.sources:
+                if not capture.installed(db, spec.catalog_schema, source):
+                    capture.install(db, spec.catalog_schema, source)
+    return compiled
+
+
+def _build(db: Db, spec: StreamTableSpec, sql: str, action: str, reason: str) -> RefreshResult:
+    _install_capture(db, spec, sql)
+    relation = _relation(spec)
+    with db.transaction("REPEATABLE READ"):
+        compiled = compile_query(db, spec, sql)
+        db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(spec.schema)}")
+        db.execute(f"DROP TABLE IF EXISTS {relation}")
+        layout, contents = _contents(compiled, sql)
+        rows = pg_apply.create_table(db, relation, layout, contents)
+        registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
+        result = RefreshResult(
+            action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
+        )
+        result.reason = reason if action != "CREATE" else None
+        if compiled.unsupported is not None:
+            result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
+        _history(db, spec, result, 0)
+    return result
+
+
+def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[str, object]:
+    return {
+        "stream_table": _key(spec),
+        "schema_name": spec.schema,
+        "table_name": spec.name,
+        "defining_query": sql,
+        "fingerprint": fingerprint(sql),
+        "refresh_mode": spec.refresh_mode,
+        "layout_kind": compiled.layout.kind if compiled.layout else "plain",
+        "differential_ok": compiled.plan is not None,
+        "unsupported_reason": str(compiled.unsupported) if compiled.unsupported else None,
+        "sources": [t.qualified for t in compiled.sources] if compiled.plan is not None else [],
+    }
+
+
+def _history(db: Db, spec: StreamTableSpec, result: RefreshResult, changes_read: int) -> None:
+    result.refresh_id = registry.record(
+        db,
+        spec.catalog_schema,
+        _key(spec),
+        {
+            "action": result.action,
+            "rows_inserted": result.rows_inserted,
+            "rows_updated": result.rows_updated,
+            "rows_deleted": result.rows_deleted,
+            "changes_read": changes_read,
+            "status": "OK",
+            "reason": result.reason,
+            "initiated_by": spec.initiated_by,
+            "duration_seconds": result.seconds,
+        },
+    )
+
+
+def _refresh(db: Db, spec: StreamTableSpec, sql: str, registered: registry.Registered) -> RefreshResult:
+    compiled = _install_capture(db, spec, sql)
+    with db.transaction("REPEATABLE READ"):
+        # Re-read inside the snapshot: capture may just have flagged this table for a FULL refresh.
+        current = registry.lookup(db, spec.catalog_schema, _key(spec))
+        assert current is not None
+        compiled = compile_query(db, spec, sql)
+        reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
+        if reason is None and not changed:
+            registry.advance(db, spec.catalog_schema, _key(spec))
+            result = RefreshResult(action="SKIP", reason="no changes")
+            _history(db, spec, result, 0)
+            _cleanup(db, spec, compiled)
+            return result
+        if reason is None:
+            assert compiled.plan is not None and compiled.layout is not None
+            result = _differential(db, spec, compiled, current, changed)
+        else:
+            result = _full(db, spec, compiled, sql, reason)
+        registry.advance(db, spec.catalog_schema, _key(spec))
+        _history(db, spec, result, changes)
+        _cleanup(db, spec, compiled)
+    if spec.refresh_mode == "differential" and result.action == "FULL":
+        result.warnings.append(f"model {spec.model}: differential refresh fell back to FULL: {result.reason}")
+    return result
+
+
+def _choose_full_reason(
+    db: Db, spec: StreamTableSpec, compiled: Compiled, current: registry.Registered
+) -> tuple[str | None, int, list[TableInfo]]:
+    """Why this refresh must be FULL (None: differential), the number of changes, the changed sources."""
+    if spec.refresh_mode == "full":
+        return "refresh_mode='full'", 0, []
+    if compiled.plan is None:
+        return str(compiled.unsupported), 0, []
+    if current.needs_full:
+        return current.needs_full, 0, []
+    if current.frontier is None:
+        return "no frontier recorded", 0, []
+    total = 0
+    changed: list[TableInfo] = []
+    for source in compiled.sources:
+        stats = db.one(capture.pending_stats_sql(spec.catalog_schema, source, current.frontier))
+        assert stats is not None
+        count, truncated = int(stats[0]), bool(stats[1])
+        if truncated:
+            return f"{source.qualified} was truncated", count, []
+        if count == 0:
+            continue
+        total += count
+        changed.append(source)
+        estimate = float(
+            db.value("SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = %s::oid", (source.identity,))
+            or 0
+        )
+        if spec.refresh_mode == "auto" and estimate > 0 and count > spec.full_refresh_threshold * estimate:
+            return (
+                f"{count} changes to {source.qualified} exceed full_refresh_threshold="
+                f"{spec.full_refresh_threshold} of its ~{int(estimate)} rows",
+                total,
+                changed,
+            )
+    return None, total, changed
+
+
+def _differential(
+    db: Db, spec: StreamTableSpec, compiled: Compiled, current: registry.Registered, changed: list[TableInfo]
+) -> RefreshResult:
+    assert compiled.plan is not None and compiled.layout is not None and current.frontier is not None
+    bindings = _current_bindings(compiled.sources)
+    for index, source in enumerate(changed):
+        temp = q(f"__ivm_delta_{index}")
+        raw = capture.raw_changes_sql(spec.catalog_schema, source, current.frontier)
+        compacted = compacted_sql(raw, source.column_names(), source.primary_key)
+        db.execute(f"CREATE TEMP TABLE {temp} ON COMMIT DROP AS {compacted}")
+        db.execute(f"ANALYZE {temp}")
+        bindings.delta[source.qualified] = f"pg_temp.{temp}"
+    relation = _relation(spec)
+    delta = row_delta(compiled.plan, compiled.layout, bindings, relation, True, compiled.call_types)
+    result = RefreshResult(action="DIFFERENTIAL")
+    if delta is not None:
+        pg_apply.apply_row_delta(db, relation, compiled.layout, delta, result)
+    return result
+
+
+def _full(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str, reason: str) -> RefreshResult:
+    """FULL refresh applied as a diff: only rows that differ are deleted, updated or inserted."""
+    relation = _relation(spec)
+    result = RefreshResult(action="FULL", reason=reason)
+    layout, contents = _contents(compiled, sql)
+    pg_apply.apply_full_diff(db, relation, layout, contents, result)
+    return result
+
+
+def _contents(compiled: Compiled, sql: str) -> tuple[Layout, str]:
+    """The table's layout and its contents from scratch (plain query when not maintainable)."""
+    if compiled.plan is not None and compiled.layout is not None:
+        return compiled.layout, contents_sql(
+            compiled.plan, compiled.layout, _current_bindings(compiled.sources)
+        )
+    layout = pg_apply.plain_layout([name for name, _ in compiled.output_types])
+    return layout, f"SELECT * FROM ({sql}) AS {q('__ivm_query')}"
+
+
+def _cleanup(db: Db, spec: StreamTableSpec, compiled: Compiled) -> None:
+    for source in compiled.sources:
+        if capture.installed(db, spec.catalog_schema, source):
+            capture.cleanup(db, spec.catalog_schema, source)
+
+
+def drop_stream_table(connection: object, schema: str, name: str, catalog_schema: str = "dbt_ivm") -> None:
+    """Unregister a stream table (its table is dropped by the caller); its buffers stay for other consumers."""
+    db = Db(connection)
+    exists = db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog_schema, "stream_tables"),))
+    if exists:
+        with db.transaction():
+            registry.unregister(db, catalog_schema, f"{schema}.{name}")
