@@ -13,6 +13,7 @@ one stream table serialize on a session advisory lock taken before the snapshot.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +33,9 @@ from dbt_ivm.postgres.catalog import PostgresCatalog, describe
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from dbt_ivm.sqltext import q, qn
+
+# When the current thread's refresh started (dbt runs models on several threads).
+_clock = threading.local()
 
 
 @dataclass
@@ -103,7 +107,7 @@ def _refresh_lock(db: Db, spec: StreamTableSpec) -> Iterator[None]:
 def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult:
     """Create the stream table or bring it up to date; returns what was done."""
     db = Db(connection)
-    started = time.monotonic()
+    started = _clock.started = time.monotonic()
     registry.bootstrap(db, spec.catalog_schema)
     with _refresh_lock(db, spec):
         try:
@@ -206,6 +210,7 @@ def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[s
 
 
 def _history(db: Db, spec: StreamTableSpec, result: RefreshResult, changes_read: int) -> None:
+    result.seconds = time.monotonic() - getattr(_clock, "started", time.monotonic())
     result.refresh_id = registry.record(
         db,
         spec.catalog_schema,
