@@ -43,6 +43,9 @@ class RefreshResult:
     reason: str | None = None  # why AUTO/DIFFERENTIAL did FULL, why a rebuild happened, ...
     warnings: list[str] = field(default_factory=list)
     refresh_id: int | None = None
+    # How rows were written: 'merge', 'explicit' (DELETE/UPDATE/INSERT for user triggers) or
+    # 'merge_triggers_off' (user_triggers='off'); None when nothing was applied.
+    apply_path: str | None = None
 
     @property
     def rows_changed(self) -> int:

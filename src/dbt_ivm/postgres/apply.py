@@ -6,6 +6,7 @@ from dbt_ivm.apply import keyed, multiset
 from dbt_ivm.keys import hash_sql
 from dbt_ivm.layout import DUP, HASH, Layout
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.postgres.user_triggers import TriggerChoice, suppressed, write_keyed, write_multiset
 from dbt_ivm.spec import RefreshResult
 from dbt_ivm.sqltext import WEIGHT, q
 
@@ -35,8 +36,20 @@ def create_table(db: Db, relation: str, layout: Layout, contents: str) -> int:
     return rows
 
 
-def apply_row_delta(db: Db, relation: str, layout: Layout, delta: str, result: RefreshResult) -> None:
-    """Apply a row delta (layout columns + weight) and count what changed into `result`."""
+def apply_row_delta(
+    db: Db,
+    relation: str,
+    layout: Layout,
+    delta: str,
+    result: RefreshResult,
+    triggers: TriggerChoice | None = None,
+) -> None:
+    """Apply a row delta (layout columns + weight) and count what changed into `result`.
+
+    `triggers` (user triggers found on the table) picks explicit DML or MERGE; None: MERGE."""
+    result.apply_path = "merge"
+    if triggers is not None:
+        triggers.record(result)
     if layout.kind == "multiset":
         db.execute(
             f"CREATE TEMP TABLE {q(ROWS)} ON COMMIT DROP AS {multiset.summed_rows_sql(layout, delta, True)}"
@@ -53,7 +66,12 @@ def apply_row_delta(db: Db, relation: str, layout: Layout, delta: str, result: R
         result.rows_deleted += int(counts[1])
         if counts[0] or counts[1]:
             db.execute(f"ANALYZE {q(OPS)}")
-            db.execute(multiset.merge_sql(layout, f"pg_temp.{q(OPS)}", relation, True))
+            if triggers is not None and triggers.explicit:
+                pair = (int(counts[0]), int(counts[1]))
+                write_multiset(db, triggers, layout, f"pg_temp.{q(OPS)}", relation, pair, result)
+                return
+            with suppressed(db, triggers):
+                db.execute(multiset.merge_sql(layout, f"pg_temp.{q(OPS)}", relation, True))
         return
     use_hash = bool(layout.key)
     db.execute(
@@ -67,7 +85,12 @@ def apply_row_delta(db: Db, relation: str, layout: Layout, delta: str, result: R
     result.rows_updated += updated
     result.rows_deleted += deleted
     if inserted or updated or deleted:
-        db.execute(keyed.merge_sql(layout, f"pg_temp.{q(ROWS)}", relation, use_hash))
+        if triggers is not None and triggers.explicit:
+            triple = (inserted, updated, deleted)
+            write_keyed(db, triggers, layout, f"pg_temp.{q(ROWS)}", relation, use_hash, triple, result)
+            return
+        with suppressed(db, triggers):
+            db.execute(keyed.merge_sql(layout, f"pg_temp.{q(ROWS)}", relation, use_hash))
 
 
 def full_delta_sql(relation: str, layout: Layout, contents: str) -> str:
@@ -79,5 +102,13 @@ def full_delta_sql(relation: str, layout: Layout, contents: str) -> str:
     )
 
 
-def apply_full_diff(db: Db, relation: str, layout: Layout, contents: str, result: RefreshResult) -> None:
-    apply_row_delta(db, relation, layout, full_delta_sql(relation, layout, contents), result)
+def apply_full_diff(
+    db: Db,
+    relation: str,
+    layout: Layout,
+    contents: str,
+    result: RefreshResult,
+    triggers: TriggerChoice | None = None,
+) -> None:
+    """FULL refresh through the same path as a differential one: the same row triggers fire."""
+    apply_row_delta(db, relation, layout, full_delta_sql(relation, layout, contents), result, triggers)

@@ -28,7 +28,7 @@ from dbt_ivm.layout import Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_of
 from dbt_ivm.postgres import apply as pg_apply
-from dbt_ivm.postgres import capture, registry
+from dbt_ivm.postgres import capture, registry, user_triggers
 from dbt_ivm.postgres.catalog import PostgresCatalog, describe
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
@@ -191,6 +191,7 @@ def _build(db: Db, spec: StreamTableSpec, sql: str, action: str, reason: str) ->
         if compiled.unsupported is not None:
             result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
         _history(db, spec, result, 0)
+        user_triggers.notify(db, spec, result)
     return result
 
 
@@ -250,6 +251,7 @@ def _refresh(db: Db, spec: StreamTableSpec, sql: str, registered: registry.Regis
             result = _full(db, spec, compiled, sql, reason)
         registry.advance(db, spec.catalog_schema, _key(spec))
         _history(db, spec, result, changes)
+        user_triggers.notify(db, spec, result)
         _cleanup(db, spec, compiled)
     if spec.refresh_mode == "differential" and result.action == "FULL":
         result.warnings.append(f"model {spec.model}: differential refresh fell back to FULL: {result.reason}")
@@ -310,7 +312,8 @@ def _differential(
     delta = row_delta(compiled.plan, compiled.layout, bindings, relation, True, compiled.call_types)
     result = RefreshResult(action="DIFFERENTIAL")
     if delta is not None:
-        pg_apply.apply_row_delta(db, relation, compiled.layout, delta, result)
+        triggers = user_triggers.choose(db, spec, relation)
+        pg_apply.apply_row_delta(db, relation, compiled.layout, delta, result, triggers)
     return result
 
 
@@ -319,7 +322,8 @@ def _full(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str, reason: s
     relation = _relation(spec)
     result = RefreshResult(action="FULL", reason=reason)
     layout, contents = _contents(compiled, sql)
-    pg_apply.apply_full_diff(db, relation, layout, contents, result)
+    triggers = user_triggers.choose(db, spec, relation)
+    pg_apply.apply_full_diff(db, relation, layout, contents, result, triggers)
     return result
 
 
