@@ -27,15 +27,21 @@ HIDDEN_COLUMN_PREFIX = "__ivm_"
 # The changes applied between the two runs: every kind of row change, on both sources.
 SOURCE_CHANGES = (
     # INSERT: a new order for alice, a new customer with her first order
-    "insert into {schema}.orders (id, customer_id, amount) values (9, 1, 42.00)",
-    "insert into {schema}.customers (id, name, tier) values (5, 'erin', 'standard')",
-    "insert into {schema}.orders (id, customer_id, amount) values (10, 5, 60.00)",
+    "insert into {schema}.orders (id, customer_id, amount) values (21, 1, 42.00)",
+    "insert into {schema}.customers (id, name, tier) values (7, 'erin', 'standard')",
+    "insert into {schema}.orders (id, customer_id, amount) values (22, 7, 60.00)",
     # UPDATE: an order amount (customer_totals) and a customer's tier (order_details)
     "update {schema}.orders set amount = 99.99 where id = 3",
     "update {schema}.customers set tier = 'premium' where id = 2",
     # DELETE: one of alice's orders, and all of carol's (her group vanishes from customer_totals)
     "delete from {schema}.orders where id = 2",
     "delete from {schema}.orders where customer_id = 3",
+)
+
+HISTORY_QUERY = (
+    "select refresh_id, stream_table, action, rows_inserted, rows_updated, rows_deleted, changes_read, "
+    'round(duration_seconds::numeric, 3) as seconds, status, reason from "dbt_ivm"."refresh_history" '
+    "order by refresh_id"
 )
 
 
@@ -54,6 +60,7 @@ class PostgresBackend:
 
     pg_bin: str | None
     keep_server: bool
+    threads: int
     database: str = "dbt_ivm_demo"
     _conn: Any = None
 
@@ -74,7 +81,7 @@ class PostgresBackend:
             cursor.execute(f'drop database if exists "{self.database}" with (force)')
             cursor.execute(f'create database "{self.database}"')
         admin.close()
-        output = postgres_output(server.host, server.port, server.user, self.database, SCHEMA, threads=2)
+        output = postgres_output(server.host, server.port, server.user, self.database, SCHEMA, self.threads)
         write_profile(STATE_DIR, PROFILE, "postgres", output)
         self._conn = psycopg2.connect(server.dsn(self.database))
         self._conn.autocommit = True
@@ -99,7 +106,7 @@ class PostgresBackend:
 
 
 def postgres_backend(args: argparse.Namespace) -> Backend:
-    return PostgresBackend(pg_bin=args.pg_bin, keep_server=args.keep_server)
+    return PostgresBackend(pg_bin=args.pg_bin, keep_server=args.keep_server, threads=args.threads)
 
 
 # --target NAME -> how to build its backend. Another backend (e.g. Spark) adds an entry here.
@@ -133,7 +140,7 @@ def compiled_queries(run_result: Any) -> dict[str, str]:
 
 
 def print_table(title: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
-    cells = [[str(value) for value in row] for row in rows]
+    cells = [["" if value is None else str(value) for value in row] for row in rows]
     widths = [max([len(column)] + [len(row[i]) for row in cells]) for i, column in enumerate(columns)]
     print(f"\n{title} ({len(rows)} rows)")
     print("  " + " | ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True)))
@@ -184,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--target", choices=sorted(BACKENDS), default="postgres")
     parser.add_argument("--pg-bin", default=None, help="bin directory of another PostgreSQL build (>= 15)")
+    parser.add_argument("--threads", type=int, default=2, help="dbt threads (default 2)")
     parser.add_argument("--keep-server", action="store_true", help="leave the server running afterwards")
     args = parser.parse_args(argv)
 
@@ -203,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         queries = compiled_queries(run_dbt(["run"], args.target))
         for table in STREAM_TABLES:
             show_stream_table(backend, table)
-        names, rows = backend.query('select * from "dbt_ivm"."refresh_history" order by 1')
+        names, rows = backend.query(HISTORY_QUERY)
         print_table("dbt_ivm.refresh_history", names, rows)
         ok = check_stream_tables(backend, queries) and ok
     finally:

@@ -42,7 +42,7 @@
 {% macro ivm_stream_table_config() %}
   {{ return({
       'refresh_mode': config.get('refresh_mode', 'auto'),
-      'ivm_catalog_schema': config.get('ivm_catalog_schema', 'dbt'),
+      'ivm_catalog_schema': config.get('ivm_catalog_schema', 'dbt_ivm'),
       'on_configuration_change': config.get('on_configuration_change', 'apply'),
       'full_refresh_threshold': config.get('full_refresh_threshold', 0.5),
       'user_triggers': config.get('user_triggers', 'auto'),

@@ -90,8 +90,14 @@ class IvmPostgresAdapter(PostgresAdapter):
     def _commit_dbt_transaction(self) -> None:
         """Commit dbt's own open transaction so the engine never waits on locks dbt's connection holds."""
         connection = self.connections.get_if_exists()
-        if connection is not None and connection.transaction_open:
+        if connection is None or connection.state != "open":
+            return
+        if connection.transaction_open:
             self.connections.commit()
+        elif not connection.credentials.autocommit:
+            # psycopg2 opens a transaction implicitly even for statements dbt ran without BEGIN
+            # (e.g. drop_relation): a no-op when idle.
+            connection.handle.commit()
 
     # -- calls from the materialization ---------------------------------------------------------
 

@@ -6,7 +6,11 @@ dbt-tests-adapter's fixtures (`project`, `adapter`, ...) are imported here rathe
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from argparse import Namespace
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +22,7 @@ set_from_args(Namespace(), None)  # type: ignore[arg-type]
 from dbt.tests.fixtures.project import *  # noqa: E402, F403
 
 FUNCTIONAL_DATABASE = "dbt_functional"
+PG15_BIN = "/usr/lib/postgresql/15/bin"
 
 
 @pytest.fixture(scope="session")
@@ -48,20 +53,17 @@ def dbt_profile_target(pg_server: Any, dbt_database: str) -> dict[str, Any]:
     }
 
 
-# TEMPORARY-WORKAROUND (not to be committed): the root pg_server runs initdb with uid dbt_ivm_pg but gid root,
-# so pytest's 0700 parents need group execute too.
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    import os
-    import stat
-    from pathlib import Path
-
+def pg_server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The session's server, outside pytest's temp root (see tests/conftest.py: pytest keeps that 0700,
+    and the server, run under root as an unprivileged user whose group is root's, cannot reach it)."""
     from dbt_ivm.embedded import postgres_server
 
-    base = Path(tmp_path_factory.mktemp("pg"))
-    for parent in [base, *base.parents]:
-        parent.chmod(parent.stat().st_mode | stat.S_IXGRP | stat.S_IXOTH)
-    data_dir = base / "data"
-    server = postgres_server.start(data_dir, bin_dir=os.environ.get("DBT_IVM_PG_BIN") or None)
+    value = str(request.config.getoption("--pg-bin") or "")
+    bin_dir = PG15_BIN if value == "15" else (value or None)
+    base = Path(tempfile.mkdtemp(prefix="dbt_ivm_functional_"))
+    base.chmod(0o755)
+    server = postgres_server.start(base / "data", bin_dir=bin_dir)
     yield server
-    postgres_server.destroy(data_dir)
+    postgres_server.destroy(base / "data")
+    shutil.rmtree(base, ignore_errors=True)

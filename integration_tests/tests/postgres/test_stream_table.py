@@ -1,0 +1,371 @@
+"""The `stream_table` materialization through dbt, shaped like dbt-tests-adapter's `MaterializedViewBasic`.
+
+Every class gets its own schema (dbt-tests-adapter's `project` fixture) on the session's server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from dbt.tests.util import get_artifact, read_file, run_dbt, run_dbt_and_capture, write_file
+
+pytestmark = pytest.mark.postgres
+
+CATALOG = "dbt_ivm"
+
+SEED_CSV = """
+id,customer_id,amount
+1,1,10
+2,1,20
+3,2,30
+""".lstrip()
+
+CUSTOMER_TOTALS_SQL = """
+{{ config(materialized='stream_table') }}
+select customer_id, sum(amount) as total, count(*) as order_count
+from {{ ref('orders') }}
+group by customer_id
+"""
+
+ORDERS_COPY_SQL = """
+{{ config(materialized='stream_table') }}
+select id, customer_id, amount from {{ ref('orders') }}
+"""
+
+PLAIN_TABLE_SQL = """
+{{ config(materialized='table') }}
+select id, amount from {{ ref('orders') }}
+"""
+
+PLAIN_VIEW_SQL = """
+{{ config(materialized='view') }}
+select id, amount from {{ ref('orders') }}
+"""
+
+
+def get_model_file(project: Any, name: str) -> str:
+    return str(read_file(project.project_root, "models", f"{name}.sql"))
+
+
+def set_model_file(project: Any, name: str, sql: str) -> None:
+    write_file(sql, project.project_root, "models", f"{name}.sql")
+
+
+def relation_kind(project: Any, name: str) -> str | None:
+    rows = project.run_sql(
+        "select c.relkind from pg_class c join pg_namespace n on n.oid = c.relnamespace "
+        f"where n.nspname = '{{schema}}' and c.relname = '{name}'",
+        fetch="all",
+    )
+    return {"r": "table", "v": "view", "m": "materialized_view"}.get(rows[0][0]) if rows else None
+
+
+def is_registered(project: Any, name: str) -> bool:
+    rows = project.run_sql(
+        f'select count(*) from "{CATALOG}"."stream_tables" '
+        f"where schema_name = '{{schema}}' and table_name = '{name}'",
+        fetch="one",
+    )
+    return int(rows[0]) == 1
+
+
+def user_columns(project: Any, name: str) -> list[str]:
+    rows = project.run_sql(
+        "select column_name from information_schema.columns "
+        f"where table_schema = '{{schema}}' and table_name = '{name}' "
+        "and column_name not like '\\_\\_ivm\\_%' order by ordinal_position",
+        fetch="all",
+    )
+    return [row[0] for row in rows]
+
+
+def all_columns(project: Any, name: str) -> list[str]:
+    rows = project.run_sql(
+        "select column_name from information_schema.columns "
+        f"where table_schema = '{{schema}}' and table_name = '{name}' order by ordinal_position",
+        fetch="all",
+    )
+    return [row[0] for row in rows]
+
+
+def differences(project: Any, name: str, query: str) -> int:
+    """Rows the stream table and its query disagree on, both ways, counting duplicates."""
+    columns = ", ".join(f'"{c}"' for c in user_columns(project, name))
+    stored = f'select {columns} from "{project.test_schema}"."{name}"'
+    fresh = f"select {columns} from ({query}) as q"
+    total = 0
+    for left, right in ((stored, fresh), (fresh, stored)):
+        row = project.run_sql(f"select count(*) from ({left} except all {right}) as d", fetch="one")
+        total += int(row[0])
+    return total
+
+
+def customer_totals_query(project: Any) -> str:
+    return (
+        f'select customer_id, sum(amount) as total, count(*) as order_count from "{project.test_schema}"."orders" '
+        "group by customer_id"
+    )
+
+
+def only_result(results: Any) -> Any:
+    assert len(results.results) == 1
+    return results.results[0]
+
+
+class TestStreamTableBasic:
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {
+            "customer_totals.sql": CUSTOMER_TOTALS_SQL,
+            "was_table.sql": PLAIN_TABLE_SQL,
+            "was_view.sql": PLAIN_VIEW_SQL,
+            "becomes_table.sql": ORDERS_COPY_SQL,
+        }
+
+    @pytest.fixture(scope="class", autouse=True)
+    def seeded(self, project: Any) -> None:
+        run_dbt(["seed"])
+
+    def test_create_rerun_and_full_refresh(self, project: Any) -> None:
+        created = only_result(run_dbt(["run", "--select", "customer_totals"]))
+        assert created.adapter_response["code"] == "CREATE"
+        assert "CREATE +2" in created.message
+        assert relation_kind(project, "customer_totals") == "table"
+        assert is_registered(project, "customer_totals")
+        assert differences(project, "customer_totals", customer_totals_query(project)) == 0
+
+        # A re-run with no source changes writes nothing.
+        again = only_result(run_dbt(["run", "--select", "customer_totals"]))
+        assert again.adapter_response["rows_affected"] == 0
+
+        # Source changes reach the stream table on the next run, and only they are written.
+        project.run_sql(f'insert into "{project.test_schema}"."orders" values (4, 3, 40)')
+        project.run_sql(f'update "{project.test_schema}"."orders" set amount = 25 where id = 2')
+        project.run_sql(f'delete from "{project.test_schema}"."orders" where id = 3')
+        refreshed = only_result(run_dbt(["run", "--select", "customer_totals"]))
+        assert refreshed.adapter_response["code"] in ("FULL", "DIFFERENTIAL")
+        assert refreshed.adapter_response["rows_affected"] == 3  # customer 1 updated, 2 deleted, 3 inserted
+        assert differences(project, "customer_totals", customer_totals_query(project)) == 0
+
+        # --full-refresh rebuilds from scratch.
+        rebuilt = only_result(run_dbt(["run", "--select", "customer_totals", "--full-refresh"]))
+        assert rebuilt.adapter_response["code"] == "REBUILD"
+        assert differences(project, "customer_totals", customer_totals_query(project)) == 0
+
+        history = project.run_sql(
+            f'select action, status from "{CATALOG}"."refresh_history" '
+            "where stream_table = '{schema}.customer_totals' order by refresh_id",
+            fetch="all",
+        )
+        actions = [row[0] for row in history]
+        assert actions[0] == "CREATE"
+        assert actions[-1] == "REBUILD"
+        assert all(row[1] == "OK" for row in history)
+
+    @pytest.mark.parametrize("model", ["was_table", "was_view"])
+    def test_replaces_table_and_view(self, project: Any, model: str) -> None:
+        run_dbt(["run", "--select", model])
+        before = relation_kind(project, model)
+        assert before in ("table", "view")
+        original = get_model_file(project, model)
+        set_model_file(
+            project, model, original.replace(f"materialized='{before}'", "materialized='stream_table'")
+        )
+        try:
+            result = only_result(run_dbt(["run", "--select", model]))
+            assert result.adapter_response["code"] in ("CREATE", "REBUILD")
+            assert relation_kind(project, model) == "table"
+            assert is_registered(project, model)
+            query = f'select id, amount from "{project.test_schema}"."orders"'
+            assert differences(project, model, query) == 0
+        finally:
+            set_model_file(project, model, original)
+
+    @pytest.mark.parametrize("replacement", ["table", "view"])
+    def test_table_and_view_replace_stream_table(self, project: Any, replacement: str) -> None:
+        run_dbt(["run", "--select", "becomes_table"])
+        assert is_registered(project, "becomes_table")
+        original = get_model_file(project, "becomes_table")
+        set_model_file(
+            project,
+            "becomes_table",
+            original.replace("materialized='stream_table'", f"materialized='{replacement}'"),
+        )
+        try:
+            run_dbt(["run", "--select", "becomes_table"])
+            assert relation_kind(project, "becomes_table") == replacement
+            assert not is_registered(project, "becomes_table")
+        finally:
+            set_model_file(project, "becomes_table", original)
+        # And back: the stream table is created afresh.
+        result = only_result(run_dbt(["run", "--select", "becomes_table"]))
+        assert result.adapter_response["code"] in ("CREATE", "REBUILD")
+        assert relation_kind(project, "becomes_table") == "table"
+        assert is_registered(project, "becomes_table")
+
+
+class OnConfigurationChangeBase:
+    """Change the model's SQL after the first run; what happens depends on on_configuration_change."""
+
+    setting = "apply"
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {"customer_totals.sql": CUSTOMER_TOTALS_SQL}
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self) -> dict[str, Any]:
+        return {"models": {"on_configuration_change": self.setting}}
+
+    @pytest.fixture(scope="class", autouse=True)
+    def changed(self, project: Any) -> Any:
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        original = get_model_file(project, "customer_totals")
+        set_model_file(project, "customer_totals", original.replace("group by", "where amount > 15 group by"))
+        yield
+        set_model_file(project, "customer_totals", original)
+
+    def filtered_query(self, project: Any) -> str:
+        return customer_totals_query(project).replace("group by", "where amount > 15 group by")
+
+
+class TestOnConfigurationChangeApply(OnConfigurationChangeBase):
+    setting = "apply"
+
+    def test_changed_sql_rebuilds(self, project: Any) -> None:
+        result = only_result(run_dbt(["run"]))
+        assert result.adapter_response["code"] == "REBUILD"
+        assert differences(project, "customer_totals", self.filtered_query(project)) == 0
+
+
+class TestOnConfigurationChangeContinue(OnConfigurationChangeBase):
+    setting = "continue"
+
+    def test_changed_sql_warns_and_keeps(self, project: Any) -> None:
+        results, logs = run_dbt_and_capture(["run"])
+        assert "on_configuration_change='continue'" in logs
+        assert only_result(results).adapter_response["code"] != "REBUILD"
+        assert differences(project, "customer_totals", customer_totals_query(project)) == 0
+        # --full-refresh takes the new query.
+        run_dbt(["run", "--full-refresh"])
+        assert differences(project, "customer_totals", self.filtered_query(project)) == 0
+
+
+class TestOnConfigurationChangeFail(OnConfigurationChangeBase):
+    setting = "fail"
+
+    def test_changed_sql_errors(self, project: Any) -> None:
+        results = run_dbt(["run"], expect_pass=False)
+        result = only_result(results)
+        assert result.status == "error"
+        assert "customer_totals" in result.message
+        assert "on_configuration_change='fail'" in result.message
+        assert differences(project, "customer_totals", customer_totals_query(project)) == 0
+
+
+DOCS_SCHEMA_YML = """
+version: 2
+sources:
+  - name: shop
+    schema: "{{ target.schema }}"
+    tables:
+      - name: orders
+models:
+  - name: source_totals
+    columns:
+      - name: customer_id
+        description: The customer.
+"""
+
+SOURCE_TOTALS_SQL = """
+{{ config(materialized='stream_table') }}
+select o.customer_id, sum(o.amount) as total, count(*) as order_count, max(c.amount) as largest
+from {{ source('shop', 'orders') }} as o
+join {{ ref('orders') }} as c on c.id = o.id
+group by o.customer_id
+"""
+
+
+class TestStreamTableDocsGenerate:
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {"source_totals.sql": SOURCE_TOTALS_SQL, "schema.yml": DOCS_SCHEMA_YML}
+
+    def test_docs_generate(self, project: Any) -> None:
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        run_dbt(["docs", "generate"])
+
+        manifest = get_artifact(project.project_root, "target", "manifest.json")
+        node = manifest["nodes"]["model.test.source_totals"]
+        assert node["config"]["materialized"] == "stream_table"
+        assert "source.test.shop.orders" in node["depends_on"]["nodes"]
+        assert "seed.test.orders" in node["depends_on"]["nodes"]
+
+        catalog = get_artifact(project.project_root, "target", "catalog.json")
+        entry = catalog["nodes"]["model.test.source_totals"]
+        assert entry["metadata"]["type"] == "BASE TABLE"
+        assert sorted(entry["columns"]) == ["customer_id", "largest", "order_count", "total"]
+        # The catalog hides the engine's bookkeeping columns (if this layout has any) and nothing else.
+        hidden = [c for c in all_columns(project, "source_totals") if c.startswith("__ivm_")]
+        assert set(all_columns(project, "source_totals")) - set(hidden) == set(entry["columns"])
+
+
+class TestStreamTableInvalidQuery:
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {
+            "broken_totals.sql": (
+                "{{ config(materialized='stream_table') }}\n"
+                "select customer_id, sum(no_such_column) as total from {{ ref('orders') }} group by customer_id\n"
+            )
+        }
+
+    def test_invalid_query_names_the_model(self, project: Any) -> None:
+        run_dbt(["seed"])
+        results = run_dbt(["run"], expect_pass=False)
+        result = only_result(results)
+        assert result.status == "error"
+        assert "broken_totals" in result.message
+        assert "no_such_column" in result.message
+        assert relation_kind(project, "broken_totals") is None
+
+
+class TestStreamTablesSharingASource:
+    """Two stream tables over one source, created by one `dbt run` on two threads."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {"customer_totals.sql": CUSTOMER_TOTALS_SQL, "orders_copy.sql": ORDERS_COPY_SQL}
+
+    def test_concurrent_create_and_refresh(self, project: Any) -> None:
+        run_dbt(["seed"])
+        created = run_dbt(["run", "--threads", "2"])
+        assert sorted(r.adapter_response["code"] for r in created.results) == ["CREATE", "CREATE"]
+        project.run_sql('insert into "{schema}"."orders" values (4, 3, 40)')
+        run_dbt(["run", "--threads", "2"])
+        assert differences(project, "customer_totals", customer_totals_query(project)) == 0
+        copy_query = 'select id, customer_id, amount from "{schema}"."orders"'
+        assert differences(project, "orders_copy", copy_query.format(schema=project.test_schema)) == 0
