@@ -242,17 +242,16 @@ def _refresh(db: Db, spec: StreamTableSpec, sql: str, registered: registry.Regis
             registry.advance(db, spec.catalog_schema, _key(spec))
             result = RefreshResult(action="SKIP", reason="no changes")
             _history(db, spec, result, 0)
-            _cleanup(db, spec, compiled)
-            return result
-        if reason is None:
-            assert compiled.plan is not None and compiled.layout is not None
-            result = _differential(db, spec, compiled, current, changed)
         else:
-            result = _full(db, spec, compiled, sql, reason)
-        registry.advance(db, spec.catalog_schema, _key(spec))
-        _history(db, spec, result, changes)
-        user_triggers.notify(db, spec, result)
-        _cleanup(db, spec, compiled)
+            if reason is None:
+                assert compiled.plan is not None and compiled.layout is not None
+                result = _differential(db, spec, compiled, current, changed)
+            else:
+                result = _full(db, spec, compiled, sql, reason)
+            registry.advance(db, spec.catalog_schema, _key(spec))
+            _history(db, spec, result, changes)
+            user_triggers.notify(db, spec, result)
+    _cleanup(db, spec, compiled)
     if spec.refresh_mode == "differential" and result.action == "FULL":
         result.warnings.append(f"model {spec.model}: differential refresh fell back to FULL: {result.reason}")
     return result
@@ -338,9 +337,15 @@ def _contents(compiled: Compiled, sql: str) -> tuple[Layout, str]:
 
 
 def _cleanup(db: Db, spec: StreamTableSpec, compiled: Compiled) -> None:
-    for source in compiled.sources:
-        if capture.installed(db, spec.catalog_schema, source):
-            capture.cleanup(db, spec.catalog_schema, source)
+    """Delete buffer rows all consumers have seen, after the refresh committed.
+
+    READ COMMITTED, not the refresh's REPEATABLE READ: consumers of one buffer refresh concurrently
+    (dbt threads), and two of them deleting the same rows under REPEATABLE READ fail to serialize.
+    """
+    with db.transaction():
+        for source in compiled.sources:
+            if capture.installed(db, spec.catalog_schema, source):
+                capture.cleanup(db, spec.catalog_schema, source)
 
 
 def drop_stream_table(connection: object, schema: str, name: str, catalog_schema: str = "dbt_ivm") -> None:

@@ -1,0 +1,78 @@
+"""The test oracle: a stream table must equal its defining query, as a multiset, on its user columns.
+
+Hidden bookkeeping columns (``__ivm_*``) are ignored. Equality is checked with EXCEPT ALL both ways,
+so duplicates count: a row stored twice where the query yields it once is a failure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+HIDDEN_PREFIX = "__ivm_"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def relation_name(schema: str, name: str) -> str:
+    return f"{_quote(schema)}.{_quote(name)}"
+
+
+def user_columns(conn: Any, schema: str, name: str) -> list[str]:
+    """The stream table's columns a user sees, in table order."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum",
+            (relation_name(schema, name),),
+        )
+        return [r[0] for r in cur.fetchall() if not r[0].startswith(HIDDEN_PREFIX)]
+
+
+def query_columns(conn: Any, sql: str) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM ({sql}) AS oracle_q LIMIT 0")
+        return [d[0] for d in cur.description]
+
+
+def differences(
+    conn: Any, schema: str, name: str, sql: str
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(rows stored but not produced by the query, rows produced by the query but not stored)."""
+    columns = user_columns(conn, schema, name)
+    expected = query_columns(conn, sql)
+    assert columns == expected, f"{schema}.{name}: columns {columns} != query columns {expected}"
+    listed = ", ".join(_quote(c) for c in columns)
+    stored = f"SELECT {listed} FROM {relation_name(schema, name)}"
+    query = f"SELECT * FROM ({sql}) AS oracle_q"
+    with conn.cursor() as cur:
+        cur.execute(f"{stored} EXCEPT ALL {query}")
+        extra = cur.fetchall()
+        cur.execute(f"{query} EXCEPT ALL {stored}")
+        missing = cur.fetchall()
+    return extra, missing
+
+
+def assert_matches_query(conn: Any, schema: str, name: str, sql: str, context: str = "") -> None:
+    """Fail, showing the differing rows, unless the stream table equals its defining query."""
+    extra, missing = differences(conn, schema, name, sql)
+    if extra or missing:
+        where = f" ({context})" if context else ""
+        raise AssertionError(
+            f"stream table {schema}.{name}{where} differs from its query:\n"
+            f"  stored but not in the query: {sorted(extra, key=repr)[:20]}\n"
+            f"  in the query but not stored: {sorted(missing, key=repr)[:20]}"
+        )
+
+
+def table_rows(conn: Any, schema: str, name: str) -> list[tuple[Any, ...]]:
+    """The user columns of every stored row, sorted (for spelling out expected contents)."""
+    listed = ", ".join(_quote(c) for c in user_columns(conn, schema, name))
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {listed} FROM {relation_name(schema, name)}")
+        return sorted(cur.fetchall(), key=_sort_key)
+
+
+def _sort_key(row: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
+    return tuple((value is None, value) for value in row)

@@ -1,0 +1,113 @@
+"""Shared helpers for the PostgreSQL engine tests: define, refresh and inspect stream tables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+
+from dbt_ivm.postgres.runner import run_stream_table
+from dbt_ivm.spec import RefreshResult, StreamTableSpec
+from tests.oracle import assert_matches_query
+
+SCHEMA = "public"
+CATALOG = "dbt_ivm"
+
+
+def make_spec(name: str, sql: str, **options: Any) -> StreamTableSpec:
+    return StreamTableSpec(model=name, schema=SCHEMA, name=name, sql=sql, **options)
+
+
+def refresh(conn: Any, name: str, sql: str, **options: Any) -> RefreshResult:
+    """Create or refresh the stream table `name` defined by `sql` (schema public)."""
+    return run_stream_table(conn, make_spec(name, sql, **options))
+
+
+def refresh_and_check(conn: Any, name: str, sql: str, context: str = "", **options: Any) -> RefreshResult:
+    result = refresh(conn, name, sql, **options)
+    assert_matches_query(conn, SCHEMA, name, sql, f"{context}; {result.summary()}")
+    return result
+
+
+def execute(conn: Any, sql: str, params: Any = None) -> None:
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+
+
+def rows(conn: Any, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return list(cur.fetchall())
+
+
+def value(conn: Any, sql: str, params: Any = None) -> Any:
+    found = rows(conn, sql, params)
+    return found[0][0] if found else None
+
+
+def history(conn: Any, name: str) -> list[dict[str, Any]]:
+    """The refresh history of one stream table, oldest first."""
+    with conn.cursor() as cur:
+        cur.execute(
+            f"SELECT * FROM {CATALOG}.refresh_history WHERE stream_table = %s ORDER BY refresh_id",
+            (f"{SCHEMA}.{name}",),
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def buffer_of(conn: Any, source: str) -> str:
+    """The change buffer (schema-qualified, quoted) of a source table, e.g. 'public.orders'."""
+    table = value(conn, f"SELECT buffer_table FROM {CATALOG}.change_buffers WHERE source = %s", (source,))
+    assert table is not None, f"no change buffer for {source}"
+    return f'"{CATALOG}"."{table}"'
+
+
+def buffer_count(conn: Any, source: str) -> int:
+    return int(value(conn, f"SELECT count(*) FROM {buffer_of(conn, source)}"))
+
+
+def connect(dsn: str, **options: Any) -> Any:
+    conn = psycopg2.connect(dsn, **options)
+    conn.autocommit = True
+    return conn
+
+
+class RecordingCursor(psycopg2.extensions.cursor):
+    """A real cursor that records every statement, and EXPLAINs each MERGE / CREATE TEMP TABLE AS first."""
+
+    def execute(self, query: Any, vars: Any = None) -> Any:
+        text = query if isinstance(query, str) else query.decode()
+        connection: RecordingConnection = self.connection
+        connection.statements.append(text)
+        if connection.explain and text.lstrip().upper().startswith(("MERGE", "CREATE TEMP TABLE")):
+            super().execute("EXPLAIN " + text, vars)
+            connection.plans.append((text, "\n".join(r[0] for r in self.fetchall())))
+        return super().execute(query, vars)
+
+
+class RecordingConnection(psycopg2.extensions.connection):
+    def __init__(self, dsn: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(dsn, *args, **kwargs)
+        self.statements: list[str] = []
+        self.plans: list[tuple[str, str]] = []
+        self.explain = False
+        self.cursor_factory = RecordingCursor
+
+
+@contextmanager
+def recording_connection(dsn: str, explain: bool = False) -> Iterator[Any]:
+    """An autocommit connection that records statements (and their plans, with explain=True)."""
+    conn = connect(dsn, connection_factory=RecordingConnection)
+    conn.explain = explain
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def merges(conn: Any) -> list[str]:
+    return [s for s in conn.statements if s.lstrip().upper().startswith("MERGE")]
