@@ -180,6 +180,7 @@ def _build(db: Db, spec: StreamTableSpec, sql: str, action: str, reason: str) ->
     with db.transaction("REPEATABLE READ"):
         compiled = compile_query(db, spec, sql)
         db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(spec.schema)}")
+        dropped_triggers = user_triggers.find_existing(db, relation)
         db.execute(f"DROP TABLE IF EXISTS {relation}")
         layout, contents = _contents(compiled, sql)
         rows = pg_apply.create_table(db, relation, layout, contents)
@@ -190,6 +191,7 @@ def _build(db: Db, spec: StreamTableSpec, sql: str, action: str, reason: str) ->
         result.reason = reason if action != "CREATE" else None
         if compiled.unsupported is not None:
             result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
+        result.warnings.extend(user_triggers.dropped_warning(relation, dropped_triggers))
         _history(db, spec, result, 0)
         user_triggers.notify(db, spec, result)
     return result

@@ -62,6 +62,24 @@ def find(db: Db, relation: str) -> list[UserTrigger]:
     return [UserTrigger(str(name), str(enabled), int(tgtype)) for name, enabled, tgtype in rows]
 
 
+def find_existing(db: Db, relation: str) -> list[UserTrigger]:
+    """Like `find`, for a table that may not exist yet (none then)."""
+    if not db.value("SELECT to_regclass(%s) IS NOT NULL", (relation,)):
+        return []
+    return find(db, relation)
+
+
+def dropped_warning(relation: str, triggers: list[UserTrigger]) -> list[str]:
+    """A rebuild drops and recreates the table, and its triggers with it: say which ones."""
+    if not triggers:
+        return []
+    names = ", ".join(t.name for t in triggers)
+    return [
+        f"rebuilding {relation} dropped its user triggers ({names}); create them again, e.g. in a "
+        "post-hook with CREATE OR REPLACE TRIGGER"
+    ]
+
+
 @dataclass
 class TriggerChoice:
     """What one refresh found on the stream table and how it will apply its changes."""
@@ -177,7 +195,7 @@ def _warn_if_changed(db: Db, choice: TriggerChoice, mismatches_sql: str, result:
         result.warnings.append(
             f"{differing} row(s) written to {choice.relation} read back different from the query's result: "
             f"a BEFORE trigger ({before}) changed or skipped them, so the table no longer equals its "
-            "query; the next refresh will write them again"
+            "query (until a later refresh writes those rows again)"
         )
 
 
