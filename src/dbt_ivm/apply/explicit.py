@@ -10,8 +10,11 @@ rows (one per affected key: weight < 0 removes the key, weight > 0 writes the ro
 multiset layouts the ordinal operations (one per ordinal: weight −1 deletes it, +1 inserts it). A
 multiset row is identified by its values, so it never changes in place: DELETE and INSERT only.
 
-The statements avoid MERGE and ``DELETE ... USING`` (correlated EXISTS / NOT EXISTS instead); the
-UPDATE uses ``UPDATE ... FROM``. Written in PostgreSQL spelling like all generated SQL.
+DELETE and UPDATE join the (small) rows table to the stream table (``DELETE ... USING``,
+``UPDATE ... FROM``) rather than ``WHERE EXISTS``: the key match uses IS NOT DISTINCT FROM, which
+keeps PostgreSQL from turning a semi-join around, so EXISTS would scan the whole stream table where a
+join probes its ``__ivm_hash`` index once per row. Each rows/ops row matches at most one stored row,
+so the join never touches a row twice. Written in PostgreSQL spelling like all generated SQL.
 """
 
 from __future__ import annotations
@@ -52,10 +55,7 @@ def keyed_dml(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> E
     match = _key_match(layout, "r", use_hash)
     columns = list(layout.columns)
     insert_columns = columns + ([HASH] if use_hash and layout.key else [])
-    delete = (
-        f"DELETE FROM {stream_table} AS {t} "
-        f"WHERE EXISTS (SELECT 1 FROM {rows} AS {r} WHERE {r}.{w} < 0 AND {match})"
-    )
+    delete = f"DELETE FROM {stream_table} AS {t} USING {rows} AS {r} WHERE {r}.{w} < 0 AND {match}"
     # Target columns of UPDATE ... SET are never qualified; the hash is the key's, so it stays.
     assignments = ", ".join(f"{q(c)} = {r}.{q(c)}" for c in columns)
     update = (
@@ -75,8 +75,8 @@ def multiset_dml(layout: Layout, ops: str, stream_table: str, use_hash: bool) ->
     t, o, w = q("t"), q("o"), q(WEIGHT)
     insert_columns = [*layout.columns, DUP, *([HASH] if use_hash else [])]
     delete = (
-        f"DELETE FROM {stream_table} AS {t} "
-        f"WHERE EXISTS (SELECT 1 FROM {ops} AS {o} WHERE {o}.{w} < 0 AND {_ordinal_match(layout, use_hash)})"
+        f"DELETE FROM {stream_table} AS {t} USING {ops} AS {o} "
+        f"WHERE {o}.{w} < 0 AND {_ordinal_match(layout, use_hash)}"
     )
     # Ordinals to insert were numbered past the current count (see multiset.ordinal_ops_sql): all new.
     insert = (
