@@ -1,0 +1,100 @@
+"""The engine's Catalog over a SparkSession: columns and types from the table's schema, the row key
+from Iceberg metadata.
+
+Primary key, in order of preference:
+
+1. the Iceberg table's identifier fields (``ALTER TABLE t SET IDENTIFIER FIELDS id``; the columns
+   must be NOT NULL), shown by Spark as the table property ``identifier-fields``;
+2. the table property ``dbt_ivm.primary_key`` — a comma-separated column list
+   (``ALTER TABLE t SET TBLPROPERTIES ('dbt_ivm.primary_key'='id')``), for tables whose key
+   columns are nullable or that are not Iceberg.
+
+Without either, rows are identified by value (multiset layout: duplicates allowed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dbt_ivm.catalog import Column, TableInfo
+
+KEY_PROPERTY = "dbt_ivm.primary_key"
+NO_SNAPSHOT = -1
+
+
+def bt(*parts: str) -> str:
+    """A dotted Spark identifier, every part backtick-quoted."""
+    return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
+
+
+@dataclass(frozen=True)
+class SparkTable:
+    info: TableInfo
+    provider: str  # "iceberg", "parquet", "view", ...
+    properties: dict[str, str]
+
+    @property
+    def is_iceberg(self) -> bool:
+        return self.provider.lower() == "iceberg"
+
+
+class SparkCatalog:
+    """Resolves `schema.name` with the session's current catalog; remembers what it looked up."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.tables: dict[str, SparkTable] = {}  # TableInfo.qualified -> what was found
+
+    def lookup(self, schema: str | None, name: str) -> TableInfo | None:
+        found = self.describe(schema, name)
+        return None if found is None else found.info
+
+    def describe(self, schema: str | None, name: str) -> SparkTable | None:
+        schema = schema or str(self.spark.catalog.currentDatabase())
+        relation = bt(schema, name)
+        try:
+            # Another process may have committed: drop cached Iceberg metadata before reading it.
+            self.spark.sql(f"REFRESH TABLE {relation}")
+            detail = self.spark.sql(f"DESCRIBE TABLE EXTENDED {relation}").collect()
+        except Exception as error:
+            if "TABLE_OR_VIEW_NOT_FOUND" in str(error) or "not found" in str(error).lower():
+                return None
+            raise
+        info = {str(r[0]).strip(): str(r[1] or "") for r in detail}
+        kind = "view" if info.get("Type", "").upper() == "VIEW" else "table"
+        provider = "view" if kind == "view" else info.get("Provider", "")
+        properties = {} if kind == "view" else _properties(self.spark, relation)
+        fields = self.spark.table(relation).schema.fields
+        columns = tuple(Column(f.name, f.dataType.simpleString(), bool(f.nullable)) for f in fields)
+        table = TableInfo(
+            schema=schema,
+            name=name,
+            columns=columns,
+            primary_key=_primary_key(properties, [c.name for c in columns]),
+            kind=kind,
+            view_sql=info.get("View Text") or None,
+            identity=info.get("Location", ""),
+        )
+        found = SparkTable(table, provider, properties)
+        self.tables[table.qualified] = found
+        return found
+
+
+def _properties(spark: Any, relation: str) -> dict[str, str]:
+    return {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {relation}").collect()}
+
+
+def _primary_key(properties: dict[str, str], columns: list[str]) -> tuple[str, ...]:
+    identifier = properties.get("identifier-fields", "").strip().strip("[]")
+    text = identifier or properties.get(KEY_PROPERTY, "")
+    key = tuple(part.strip() for part in text.split(",") if part.strip())
+    by_lower = {c.lower(): c for c in columns}
+    return tuple(by_lower.get(k.lower(), k) for k in key)
+
+
+def current_snapshot(spark: Any, relation: str) -> int:
+    """The table's current snapshot id (NO_SNAPSHOT when nothing was ever committed)."""
+    spark.sql(f"REFRESH TABLE {relation}")
+    value = _properties(spark, relation).get("current-snapshot-id", "none")
+    return NO_SNAPSHOT if value in ("none", "", "null") else int(value)

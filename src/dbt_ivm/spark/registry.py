@@ -1,0 +1,189 @@
+"""The catalog schema on Spark (default ``dbt_ivm``): Iceberg tables ``stream_tables`` and ``refresh_history``.
+
+A stream table's frontier is a map source → Iceberg snapshot id (−1: the source had no snapshot yet).
+A refresh that changes the stream table first records its *pending* frontier and the stream table's
+snapshot id before the MERGE; the next run compares that id with the table's current one to tell
+whether the MERGE committed (see ``runner._recover``).
+
+Rows are written whole from a DataFrame (no hand-escaped literals). The registry uses merge-on-read
+deletes and snapshot isolation so refreshes of different stream tables can commit concurrently;
+a commit that still conflicts is retried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from typing import Any, TypeVar
+
+NO_SNAPSHOT = -1  # frontier value for a source that had no snapshot (never written) yet
+
+REGISTRY_PROPERTIES = (
+    "'format-version'='2', 'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
+    "'write.merge.mode'='merge-on-read', 'write.merge.isolation-level'='snapshot', "
+    "'write.update.isolation-level'='snapshot', 'write.delete.isolation-level'='snapshot', "
+    "'commit.retry.num-retries'='10'"
+)
+
+STREAM_TABLES_COLUMNS = (
+    "stream_table string, schema_name string, table_name string, defining_query string, "
+    "fingerprint string, refresh_mode string, layout_kind string, differential_ok boolean, "
+    "unsupported_reason string, sources array<string>, frontier map<string,bigint>, "
+    "pending_frontier map<string,bigint>, pending_base_snapshot bigint, pending_action string, "
+    "created_at timestamp, refreshed_at timestamp"
+)
+
+HISTORY_COLUMNS = (
+    "refresh_id bigint, stream_table string, action string, rows_inserted bigint, rows_updated bigint, "
+    "rows_deleted bigint, changes_read bigint, duration_seconds double, status string, reason string, "
+    "error_text string, initiated_by string, started_at timestamp, finished_at timestamp"
+)
+
+T = TypeVar("T")
+
+
+def _bt(name: str) -> str:
+    """A Spark (backtick) identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def table(catalog: str, name: str) -> str:
+    return f"{_bt(catalog)}.{_bt(name)}"
+
+
+def bootstrap(spark: Any, catalog: str) -> None:
+    """Create the catalog schema and its tables if missing."""
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {_bt(catalog)}")
+    for name, columns in (("stream_tables", STREAM_TABLES_COLUMNS), ("refresh_history", HISTORY_COLUMNS)):
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {table(catalog, name)} ({columns}) USING iceberg "
+            f"TBLPROPERTIES ({REGISTRY_PROPERTIES})"
+        )
+
+
+@dataclass
+class Registration:
+    stream_table: str
+    schema_name: str
+    table_name: str
+    defining_query: str
+    fingerprint: str
+    refresh_mode: str
+    layout_kind: str
+    differential_ok: bool
+    unsupported_reason: str | None
+    sources: list[str]
+    frontier: dict[str, int] | None  # None: unknown, the next refresh is FULL
+    pending_frontier: dict[str, int] | None = None
+    pending_base_snapshot: int | None = None
+    pending_action: str | None = None
+    created_at: datetime = field(default_factory=datetime.now)
+    refreshed_at: datetime | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.pending_frontier is not None
+
+    def with_frontier(self, frontier: dict[str, int] | None) -> Registration:
+        """Committed: the new frontier, no pending refresh."""
+        return replace(
+            self,
+            frontier=frontier,
+            pending_frontier=None,
+            pending_base_snapshot=None,
+            pending_action=None,
+            refreshed_at=datetime.now(),
+        )
+
+    def with_pending(self, frontier: dict[str, int], base_snapshot: int, action: str) -> Registration:
+        return replace(
+            self, pending_frontier=frontier, pending_base_snapshot=base_snapshot, pending_action=action
+        )
+
+
+def _retry(action: Callable[[], T], attempts: int = 5) -> T:
+    """Run an Iceberg write, retrying commit conflicts with other writers of the registry."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except Exception as error:  # py4j wraps the JVM's CommitFailedException / ValidationException
+            text = str(error)
+            conflict = "CommitFailedException" in text or "ValidationException" in text
+            if not conflict or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _refresh(spark: Any, name: str) -> None:
+    """Drop cached Iceberg metadata: another process may have committed since this session looked."""
+    spark.sql(f"REFRESH TABLE {name}")
+
+
+def lookup(spark: Any, catalog: str, stream_table: str) -> Registration | None:
+    relation = table(catalog, "stream_tables")
+    _refresh(spark, relation)
+    rows = spark.table(relation).where(f"stream_table = '{_escape(stream_table)}'").collect()
+    if not rows:
+        return None
+    values = rows[0].asDict()
+    values["sources"] = list(values["sources"] or [])
+    return Registration(**values)
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def save(spark: Any, catalog: str, registration: Registration) -> None:
+    """Insert or replace one registration (a single Iceberg commit)."""
+    relation = table(catalog, "stream_tables")
+    frame = spark.createDataFrame([asdict(registration)], schema=STREAM_TABLES_COLUMNS)
+    view = f"__ivm_registration_{abs(hash((registration.stream_table, time.monotonic_ns())))}"
+    frame.createOrReplaceTempView(view)
+    try:
+        _retry(
+            lambda: spark.sql(
+                f"MERGE INTO {relation} AS t USING {_bt(view)} AS r ON t.stream_table = r.stream_table "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            )
+        )
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def unregister(spark: Any, catalog: str, stream_table: str) -> None:
+    relation = table(catalog, "stream_tables")
+    _retry(lambda: spark.sql(f"DELETE FROM {relation} WHERE stream_table = '{_escape(stream_table)}'"))
+
+
+def record(spark: Any, catalog: str, stream_table: str, values: dict[str, Any]) -> int:
+    """Append one history row; returns its refresh id (microseconds since the epoch: unique enough, ordered)."""
+    refresh_id = time.time_ns() // 1000
+    now = datetime.now()
+    row: dict[str, Any] = {
+        "refresh_id": refresh_id,
+        "stream_table": stream_table,
+        "action": None,
+        "rows_inserted": 0,
+        "rows_updated": 0,
+        "rows_deleted": 0,
+        "changes_read": 0,
+        "duration_seconds": None,
+        "status": None,
+        "reason": None,
+        "error_text": None,
+        "initiated_by": None,
+        "started_at": now,
+        "finished_at": now,
+    }
+    row.update(values)
+    for count in ("rows_inserted", "rows_updated", "rows_deleted", "changes_read"):
+        row[count] = int(row[count])
+    if row["duration_seconds"] is not None:
+        row["duration_seconds"] = float(row["duration_seconds"])
+    frame = spark.createDataFrame([row], schema=HISTORY_COLUMNS)
+    _retry(lambda: frame.writeTo(table(catalog, "refresh_history")).append())
+    return refresh_id

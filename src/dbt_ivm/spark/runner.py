@@ -1,0 +1,510 @@
+"""Create and refresh one stream table on Spark + Apache Iceberg.
+
+    run_stream_table(spark, spec)   # spark: a SparkSession whose catalog holds Iceberg tables
+
+First run: record every source's current snapshot id, build the table from the sources read AS OF
+those snapshots, register it with that map source → snapshot id as its frontier. Later runs: read
+each changed source's changes between its frontier snapshot and its current snapshot (Iceberg's
+changelog, else a diff of the two snapshots), push them through the delta rules rendered to Spark
+SQL, and MERGE the row delta into the stream table. The other sources are read AS OF the same end
+snapshots, so the batch is exact even while writers keep committing.
+
+Atomicity without transactions across tables: before the MERGE, the registry records the pending
+frontier and the stream table's snapshot id; after it, the frontier moves and the pending record is
+cleared. A run that finds a pending record compares snapshot ids: the stream table moved, so the
+MERGE committed and only the frontier is advanced; it did not, so the batch is redone. A rebuild
+first clears the frontier, so a crash mid-rebuild leads to a FULL refresh (a diff), never to a
+batch applied twice.
+
+Crash points for tests: ``DBT_IVM_SPARK_KILL_AT`` names one of ``KILL_POINTS``; the process group is
+SIGKILLed there (``during_merge`` kills from a timer ``DBT_IVM_SPARK_KILL_DELAY`` seconds into the
+MERGE).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from dbt_ivm.catalog import TableInfo
+from dbt_ivm.contents import call_probe_sql, contents_sql
+from dbt_ivm.delta import Bindings, row_delta
+from dbt_ivm.delta.compact import compacted_sql
+from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
+from dbt_ivm.layout import Layout, layout_of
+from dbt_ivm.plan import build_plan
+from dbt_ivm.plan.nodes import Aggregate, Plan, scans_of
+from dbt_ivm.spark import apply as spark_apply
+from dbt_ivm.spark import registry
+from dbt_ivm.spark.apply import TempViews, bt
+from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable, current_snapshot
+from dbt_ivm.spec import RefreshResult, StreamTableSpec
+from dbt_ivm.sqltext import SEQ, WEIGHT, q, qn, render
+
+KILL_POINTS = ("before_pending", "before_merge", "during_merge", "after_merge", "after_frontier")
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+@dataclass
+class Compiled:
+    """A defining query resolved against the session: plan, layout, and what refreshing it needs."""
+
+    plan: Plan | None  # None: the query cannot be maintained differentially
+    layout: Layout | None
+    sources: list[SparkTable]  # every table the plan reads (empty when plan is None)
+    unsupported: UnsupportedQuery | None
+    call_types: dict[int, str]
+    output_names: list[str]
+
+    @property
+    def not_iceberg(self) -> list[SparkTable]:
+        return [s for s in self.sources if not s.is_iceberg]
+
+
+def fingerprint(sql: str) -> str:
+    return hashlib.sha256(" ".join(sql.split()).encode()).hexdigest()
+
+
+def _key(spec: StreamTableSpec) -> str:
+    return f"{spec.schema}.{spec.name}"
+
+
+def _relation(spec: StreamTableSpec) -> str:
+    """The stream table in PostgreSQL spelling (what the engine's SQL is written with)."""
+    return qn(spec.schema, spec.name)
+
+
+def _spark_relation(spec: StreamTableSpec) -> str:
+    return f"{bt(spec.schema)}.{bt(spec.name)}"
+
+
+def _source_relation(source: TableInfo) -> str:
+    return f"{bt(source.schema)}.{bt(source.name)}"
+
+
+def _kill_point(point: str) -> None:
+    """Test hook: die here like a crashed machine (the JVM child goes with the process group)."""
+    if os.environ.get("DBT_IVM_SPARK_KILL_AT") == point:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+@contextmanager
+def _refresh_lock(spec: StreamTableSpec) -> Iterator[None]:
+    """Serialize refreshes of one stream table within this process (dbt threads share a session)."""
+    with _locks_guard:
+        lock = _locks.setdefault(_key(spec), threading.Lock())
+    with lock:
+        yield
+
+
+def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
+    """Plan `sql` (Spark SQL). Invalid SQL raises InvalidQuery naming the model."""
+    try:
+        output_names = [f.name for f in spark.sql(sql).schema.fields]
+    except Exception as error:
+        raise InvalidQuery(spec.model, str(error).strip().splitlines()[0]) from error
+    catalog = SparkCatalog(spark)
+    try:
+        plan = build_plan(sql, catalog, spec.model, output_names, dialect="spark")
+    except UnsupportedQuery as unsupported:
+        if spec.refresh_mode == "differential":
+            raise
+        return Compiled(None, None, [], unsupported, {}, output_names)
+    layout = layout_of(plan)
+    names = {s.table.qualified for s in scans_of(plan.input)}
+    sources = [catalog.tables[n] for n in sorted(names)]
+    call_types: dict[int, str] = {}
+    if isinstance(plan, Aggregate):
+        current = Bindings(current={s.info.qualified: qn(s.info.schema, s.info.name) for s in sources})
+        probe = call_probe_sql(plan, current)
+        if probe is not None:
+            fields = spark.sql(render(probe, "spark")).schema.fields
+            for field, call in zip(fields, plan.calls, strict=True):
+                call_types[call.index] = field.dataType.simpleString()
+    return Compiled(plan, layout, sources, None, call_types, output_names)
+
+
+def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
+    """Create the stream table or bring it up to date; returns what was done."""
+    started = time.monotonic()
+    registry.bootstrap(spark, spec.catalog_schema)
+    views = TempViews(spark)
+    with _refresh_lock(spec):
+        try:
+            result = _run(spark, spec, views, started)
+        except Exception as error:
+            _record_failure(spark, spec, error, time.monotonic() - started)
+            raise
+        finally:
+            views.drop()
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _record_failure(spark: Any, spec: StreamTableSpec, error: BaseException, seconds: float) -> None:
+    # the original error matters more than the history row
+    with contextlib.suppress(Exception):
+        registry.record(
+            spark,
+            spec.catalog_schema,
+            _key(spec),
+            {
+                "action": "FAILED",
+                "duration_seconds": seconds,
+                "status": "FAILED",
+                "error_text": str(error)[:4000],
+                "initiated_by": spec.initiated_by,
+            },
+        )
+
+
+def _table_exists(spark: Any, spec: StreamTableSpec) -> bool:
+    return bool(spark.catalog.tableExists(f"{spec.schema}.{spec.name}"))
+
+
+def _run(spark: Any, spec: StreamTableSpec, views: TempViews, started: float) -> RefreshResult:
+    registered = registry.lookup(spark, spec.catalog_schema, _key(spec))
+    exists = _table_exists(spark, spec)
+    if registered is not None and exists and registered.pending:
+        registered = _recover(spark, spec, registered)
+    if registered is None or not exists:
+        action = "CREATE" if not exists else "REBUILD"
+        return _build(spark, spec, views, spec.sql, registered, action, "first run")
+    if spec.full_refresh:
+        return _build(spark, spec, views, spec.sql, registered, "REBUILD", "--full-refresh")
+    if registered.fingerprint != fingerprint(spec.sql):
+        if spec.on_configuration_change == "fail":
+            raise IvmError(
+                f"model {spec.model}: the defining query changed and on_configuration_change='fail'; "
+                "run with --full-refresh or set on_configuration_change='apply'"
+            )
+        if spec.on_configuration_change == "apply":
+            return _build(spark, spec, views, spec.sql, registered, "REBUILD", "defining query changed")
+        result = _refresh(spark, spec, views, registered.defining_query, registered, started)
+        result.warnings.append(
+            f"model {spec.model}: the defining query changed; on_configuration_change='continue' keeps "
+            "maintaining the previous query until --full-refresh"
+        )
+        return result
+    return _refresh(spark, spec, views, registered.defining_query, registered, started)
+
+
+def _recover(spark: Any, spec: StreamTableSpec, registered: registry.Registration) -> registry.Registration:
+    """A previous run died between recording a pending refresh and clearing it: settle it."""
+    now = current_snapshot(spark, _spark_relation(spec))
+    if now != registered.pending_base_snapshot:
+        # The stream table moved past the recorded snapshot: that MERGE committed; keep its frontier.
+        settled = registered.with_frontier(registered.pending_frontier)
+    else:
+        settled = registered.with_frontier(registered.frontier)  # it did not: redo the batch
+    registry.save(spark, spec.catalog_schema, settled)
+    return settled
+
+
+def _snapshots(spark: Any, sources: list[SparkTable]) -> dict[str, int]:
+    """Each Iceberg source's current snapshot id: the end of this batch."""
+    return {
+        s.info.qualified: current_snapshot(spark, _source_relation(s.info)) for s in sources if s.is_iceberg
+    }
+
+
+def _current_bindings(views: TempViews, sources: list[SparkTable], ends: dict[str, int]) -> dict[str, str]:
+    """Every source as of the batch's end snapshot (non-Iceberg sources: as they are now)."""
+    current: dict[str, str] = {}
+    for index, source in enumerate(sources):
+        relation = _source_relation(source.info)
+        end = ends.get(source.info.qualified, NO_SNAPSHOT)
+        if end == NO_SNAPSHOT:
+            current[source.info.qualified] = qn(source.info.schema, source.info.name)
+            continue
+        view = views.view(f"cur{index}", f"SELECT * FROM {relation} VERSION AS OF {end}")
+        current[source.info.qualified] = q(view)
+    return current
+
+
+def _contents(views: TempViews, compiled: Compiled, sql: str, ends: dict[str, int]) -> tuple[Layout, str]:
+    """The table's layout and its contents from scratch (PostgreSQL spelling), as of `ends`."""
+    if compiled.plan is not None and compiled.layout is not None:
+        bindings = Bindings(current=_current_bindings(views, compiled.sources, ends))
+        return compiled.layout, contents_sql(compiled.plan, compiled.layout, bindings)
+    # Not maintainable: the user's Spark SQL as a view, so the PostgreSQL-spelled wrapper can name it.
+    view = views.view("query", sql)
+    return spark_apply.plain_layout(compiled.output_names), f"SELECT * FROM {q(view)}"
+
+
+def _build(
+    spark: Any,
+    spec: StreamTableSpec,
+    views: TempViews,
+    sql: str,
+    registered: registry.Registration | None,
+    action: str,
+    reason: str,
+) -> RefreshResult:
+    compiled = compile_query(spark, spec, sql)
+    if registered is not None:
+        # A crash between the drop and the new registration must not leave the old frontier.
+        registry.save(spark, spec.catalog_schema, registered.with_frontier(None))
+    ends = _snapshots(spark, compiled.sources)
+    layout, contents = _contents(views, compiled, sql, ends)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {bt(spec.schema)}")
+    spark.sql(f"DROP TABLE IF EXISTS {_spark_relation(spec)}")
+    rows = spark_apply.create_table(spark, _relation(spec), layout, contents)
+    registration = registry.Registration(
+        stream_table=_key(spec),
+        schema_name=spec.schema,
+        table_name=spec.name,
+        defining_query=sql,
+        fingerprint=fingerprint(sql),
+        refresh_mode=spec.refresh_mode,
+        layout_kind=layout.kind if compiled.layout else "plain",
+        differential_ok=compiled.plan is not None,
+        unsupported_reason=str(compiled.unsupported) if compiled.unsupported else None,
+        sources=[s.info.qualified for s in compiled.sources],
+        frontier=ends,
+    )
+    if registered is not None:
+        registration.created_at = registered.created_at
+    registry.save(spark, spec.catalog_schema, registration.with_frontier(ends))
+    result = RefreshResult(action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=rows)
+    result.reason = reason if action != "CREATE" else None
+    if compiled.unsupported is not None:
+        result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
+    for source in compiled.not_iceberg:
+        result.warnings.append(
+            f"model {spec.model}: {source.info.qualified} is not an Iceberg table "
+            f"({source.provider or 'unknown provider'}); every refresh will be FULL"
+        )
+    _history(spark, spec, result, 0)
+    return result
+
+
+def _history(spark: Any, spec: StreamTableSpec, result: RefreshResult, changes_read: int) -> None:
+    result.refresh_id = registry.record(
+        spark,
+        spec.catalog_schema,
+        _key(spec),
+        {
+            "action": result.action,
+            "rows_inserted": result.rows_inserted,
+            "rows_updated": result.rows_updated,
+            "rows_deleted": result.rows_deleted,
+            "changes_read": changes_read,
+            "status": "OK",
+            "reason": result.reason,
+            "initiated_by": spec.initiated_by,
+            "duration_seconds": result.seconds,
+        },
+    )
+
+
+def _refresh(
+    spark: Any,
+    spec: StreamTableSpec,
+    views: TempViews,
+    sql: str,
+    registered: registry.Registration,
+    started: float,
+) -> RefreshResult:
+    compiled = compile_query(spark, spec, sql)
+    ends = _snapshots(spark, compiled.sources)
+    reason = _full_reason(spec, compiled, registered, ends)
+    changed = [
+        s
+        for s in compiled.sources
+        if registered.frontier and ends.get(s.info.qualified) != registered.frontier.get(s.info.qualified)
+    ]
+    if reason is None and not changed:
+        result = RefreshResult(action="SKIP", reason="no changes")
+        result.seconds = time.monotonic() - started
+        _history(spark, spec, result, 0)
+        return result
+    changes = 0
+    delta: str | None = None
+    if reason is None:
+        assert compiled.plan is not None and compiled.layout is not None and registered.frontier is not None
+        bindings = Bindings(current=_current_bindings(views, compiled.sources, ends))
+        reason, changes = _bind_changes(spark, spec, views, registered.frontier, ends, changed, bindings)
+        if reason is None:
+            delta = row_delta(
+                compiled.plan, compiled.layout, bindings, _relation(spec), False, compiled.call_types
+            )
+    relation = _relation(spec)
+    if reason is None:
+        assert compiled.layout is not None
+        result = RefreshResult(action="DIFFERENTIAL")
+        layout = compiled.layout
+    else:
+        result = RefreshResult(action="FULL", reason=reason)
+        layout, contents = _contents(views, compiled, sql, ends)
+        delta = spark_apply.full_delta_sql(relation, layout, contents)
+    if delta is None:  # no changed source reaches the result
+        registry.save(spark, spec.catalog_schema, registered.with_frontier(ends))
+    else:
+        prepared = spark_apply.prepare(spark, views, relation, layout, delta)
+        result.rows_inserted, result.rows_updated, result.rows_deleted = (
+            prepared.inserted,
+            prepared.updated,
+            prepared.deleted,
+        )
+        _commit(spark, spec, registered, ends, prepared, result.action)
+    result.seconds = time.monotonic() - started
+    _history(spark, spec, result, changes)
+    if spec.refresh_mode == "differential" and result.action == "FULL":
+        result.warnings.append(f"model {spec.model}: differential refresh fell back to FULL: {result.reason}")
+    return result
+
+
+def _commit(
+    spark: Any,
+    spec: StreamTableSpec,
+    registered: registry.Registration,
+    ends: dict[str, int],
+    prepared: spark_apply.Prepared,
+    action: str,
+) -> None:
+    """MERGE the prepared rows and move the frontier, recoverably (see the module docstring)."""
+    if not prepared.changes_anything:
+        registry.save(spark, spec.catalog_schema, registered.with_frontier(ends))
+        return
+    base = current_snapshot(spark, _spark_relation(spec))
+    _kill_point("before_pending")
+    pending = registered.with_pending(ends, base, action)
+    registry.save(spark, spec.catalog_schema, pending)
+    _kill_point("before_merge")
+    timer = None
+    if os.environ.get("DBT_IVM_SPARK_KILL_AT") == "during_merge":
+        delay = float(os.environ.get("DBT_IVM_SPARK_KILL_DELAY", "0.5"))
+        timer = threading.Timer(delay, lambda: os.killpg(os.getpgid(0), signal.SIGKILL))
+        timer.start()
+    spark.sql(prepared.merge)
+    _kill_point("after_merge")
+    registry.save(spark, spec.catalog_schema, pending.with_frontier(ends))
+    _kill_point("after_frontier")
+
+
+def _full_reason(
+    spec: StreamTableSpec, compiled: Compiled, registered: registry.Registration, ends: dict[str, int]
+) -> str | None:
+    """Why this refresh must be FULL (None: differential may proceed)."""
+    if spec.refresh_mode == "full":
+        return "refresh_mode='full'"
+    if compiled.plan is None:
+        return str(compiled.unsupported)
+    if compiled.not_iceberg:
+        names = ", ".join(f"{s.info.qualified} ({s.provider or 'unknown'})" for s in compiled.not_iceberg)
+        return f"not Iceberg tables, no change history: {names}"
+    if registered.frontier is None:
+        return "no frontier recorded"
+    missing = [name for name in ends if name not in registered.frontier]
+    if missing:
+        return f"no frontier recorded for {', '.join(missing)}"
+    return None
+
+
+def _bind_changes(
+    spark: Any,
+    spec: StreamTableSpec,
+    views: TempViews,
+    frontier: dict[str, int],
+    ends: dict[str, int],
+    changed: list[SparkTable],
+    bindings: Bindings,
+) -> tuple[str | None, int]:
+    """Bind each changed source's compacted changes; returns (why FULL instead, or None; changes read)."""
+    total = 0
+    for index, source in enumerate(changed):
+        name = source.info.qualified
+        raw, failure = _changes_between(spark, views, source.info, frontier[name], ends[name], index)
+        if raw is None:
+            return failure, total
+        columns = source.info.column_names()
+        compacted = compacted_sql(q(raw), columns, source.info.primary_key)
+        delta_view = views.pinned(f"delta{index}", render(compacted, "spark"))
+        count = int(spark.sql(f"SELECT COUNT(*) FROM {bt(delta_view)}").collect()[0][0])
+        total += count
+        bindings.delta[name] = q(delta_view)
+        if spec.refresh_mode == "auto":
+            size = _row_count(spark, source.info, ends[name])
+            if size > 0 and count > spec.full_refresh_threshold * size:
+                return (
+                    f"{count} changes to {name} exceed full_refresh_threshold="
+                    f"{spec.full_refresh_threshold} of its {size} rows",
+                    total,
+                )
+    return None, total
+
+
+def _row_count(spark: Any, source: TableInfo, snapshot: int) -> int:
+    row = spark.sql(
+        f"SELECT summary['total-records'] FROM {_source_relation(source)}.`snapshots` "
+        f"WHERE snapshot_id = {snapshot}"
+    ).collect()
+    return int(row[0][0]) if row and row[0][0] is not None else 0
+
+
+def _changes_between(
+    spark: Any, views: TempViews, source: TableInfo, start: int, end: int, index: int
+) -> tuple[str | None, str | None]:
+    """Raw changes of `source` after snapshot `start` up to `end`: a temp view of its columns,
+    ``__ivm_weight`` (±1) and ``__ivm_seq``. Returns (view, None) or (None, why FULL instead).
+
+    Iceberg's changelog first; when it cannot serve (merge-on-read delete files, ...), a diff of the
+    two snapshots; when the start snapshot is gone (expired, table replaced), FULL.
+    """
+    relation = _source_relation(source)
+    columns = ", ".join(bt(c) for c in source.column_names())
+    if start == NO_SNAPSHOT:  # the source was never written before: everything at `end` is new
+        view = views.view(
+            f"raw{index}",
+            f"SELECT {columns}, 1 AS {bt(WEIGHT)}, 0 AS {bt(SEQ)} FROM {relation} VERSION AS OF {end}",
+        )
+        return view, None
+    changelog = views.name(f"changelog{index}")
+    table_name = f"{source.schema}.{source.name}"
+    catalog = str(spark.catalog.currentCatalog())
+    try:
+        spark.sql(
+            f"CALL {bt(catalog)}.system.create_changelog_view(table => '{table_name}', "
+            f"options => map('start-snapshot-id', '{start}', 'end-snapshot-id', '{end}'), "
+            f"changelog_view => '{changelog}')"
+        )
+        view = views.view(
+            f"raw{index}",
+            f"SELECT {columns}, CASE WHEN `_change_type` IN ('DELETE', 'UPDATE_BEFORE') THEN -1 ELSE 1 END "
+            f"AS {bt(WEIGHT)}, `_change_ordinal` AS {bt(SEQ)} FROM {bt(changelog)}",
+        )
+        spark.sql(f"SELECT 1 FROM {bt(view)} LIMIT 1").collect()  # planning errors surface here
+        return view, None
+    except Exception as changelog_error:
+        reason = str(changelog_error).strip().splitlines()[0][:300]
+    try:
+        before = f"SELECT {columns} FROM {relation} VERSION AS OF {start}"
+        after = f"SELECT {columns} FROM {relation} VERSION AS OF {end}"
+        view = views.pinned(
+            f"raw{index}",
+            f"SELECT {columns}, 1 AS {bt(WEIGHT)}, 0 AS {bt(SEQ)} FROM ({after} EXCEPT ALL {before}) "
+            f"UNION ALL SELECT {columns}, -1 AS {bt(WEIGHT)}, 0 AS {bt(SEQ)} FROM ({before} EXCEPT ALL {after})",
+        )
+        return view, None
+    except Exception as diff_error:
+        detail = str(diff_error).strip().splitlines()[0][:300]
+        return (
+            None,
+            f"changes of {source.qualified} since snapshot {start} are unavailable ({reason}; {detail})",
+        )
+
+
+def drop_stream_table(spark: Any, schema: str, name: str, catalog_schema: str = "dbt_ivm") -> None:
+    """Unregister a stream table (its table is dropped by the caller)."""
+    if spark.catalog.tableExists(f"{catalog_schema}.stream_tables"):
+        registry.unregister(spark, catalog_schema, f"{schema}.{name}")

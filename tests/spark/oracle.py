@@ -1,0 +1,49 @@
+"""The Spark oracle: a stream table's user columns must equal its defining query (EXCEPT ALL both ways)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbt_ivm.spark.runner import run_stream_table
+from dbt_ivm.spec import RefreshResult, StreamTableSpec
+
+HIDDEN_PREFIX = "__ivm_"
+
+
+def bt(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def user_columns(spark: Any, relation: str) -> list[str]:
+    return [f.name for f in spark.table(relation).schema.fields if not f.name.startswith(HIDDEN_PREFIX)]
+
+
+def assert_matches_query(spark: Any, schema: str, name: str, sql: str, context: str = "") -> None:
+    relation = f"{bt(schema)}.{bt(name)}"
+    spark.sql(f"REFRESH TABLE {relation}")
+    columns = user_columns(spark, relation)
+    expected = [f.name for f in spark.sql(sql).schema.fields]
+    assert columns == expected, f"{relation}: columns {columns} != query columns {expected}"
+    stored = f"SELECT {', '.join(bt(c) for c in columns)} FROM {relation}"
+    query = f"SELECT * FROM ({sql}) AS oracle_q"
+    extra = spark.sql(f"{stored} EXCEPT ALL {query}").collect()
+    missing = spark.sql(f"{query} EXCEPT ALL {stored}").collect()
+    if extra or missing:
+        raise AssertionError(
+            f"stream table {relation} ({context}) differs from its query:\n"
+            f"  stored but not in the query: {extra[:20]}\n  in the query but not stored: {missing[:20]}"
+        )
+
+
+def make_spec(schema: str, name: str, sql: str, **options: Any) -> StreamTableSpec:
+    return StreamTableSpec(
+        model=name, schema=schema, name=name, sql=sql, catalog_schema=f"{schema}_ivm", **options
+    )
+
+
+def refresh_and_check(
+    spark: Any, schema: str, name: str, sql: str, context: str = "", **options: Any
+) -> RefreshResult:
+    result = run_stream_table(spark, make_spec(schema, name, sql, **options))
+    assert_matches_query(spark, schema, name, sql, f"{context}; {result.summary()}")
+    return result
