@@ -1,6 +1,6 @@
 """The `ivm_postgres` dbt adapter: dbt-postgres plus the `stream_table` materialization."""
 
-from dbt.adapters.base import AdapterPlugin
+from dbt.adapters.base.plugin import AdapterPlugin
 from dbt.adapters.ivm_postgres.connections import IvmPostgresConnectionManager, IvmPostgresCredentials
 from dbt.adapters.ivm_postgres.impl import IvmPostgresAdapter
 from dbt.include import ivm
@@ -8,7 +8,7 @@ from dbt.include import ivm
 Plugin = AdapterPlugin(
     adapter=IvmPostgresAdapter,  # type: ignore[arg-type]
     credentials=IvmPostgresCredentials,
-    include_path=ivm.PACKAGE_PATH,
+    include_path=ivm.PACKAGE_PATH,  # type: ignore[attr-defined, unused-ignore]
     dependencies=["postgres"],
 )
 

@@ -7,7 +7,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 import psycopg2
-from dbt.adapters.base import available
+from dbt.adapters.base.meta import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
 from dbt.adapters.contracts.relation import RelationConfig
 from dbt.adapters.events.logging import AdapterLogger
@@ -17,7 +17,7 @@ from dbt.adapters.ivm_postgres.connections import (
     connect_for_engine,
 )
 from dbt.adapters.ivm_postgres.stream_table_config import build_spec, result_fields
-from dbt.adapters.postgres import PostgresAdapter
+from dbt.adapters.postgres.impl import PostgresAdapter
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
 from dbt_ivm.errors import IvmError
@@ -48,7 +48,7 @@ class IvmPostgresAdapter(PostgresAdapter):
     @classmethod
     def get_adapter_run_info(cls, config: RelationConfig) -> AdapterTrackingRelationInfo:
         # The base class derives `dbt.adapters.ivmpostgres` from the class name; that module does not exist.
-        return AdapterTrackingRelationInfo(
+        return AdapterTrackingRelationInfo(  # type: ignore[abstract]
             adapter_name=ADAPTER_TYPE,
             base_adapter_version=import_module("dbt.adapters.__about__").version,
             adapter_version=import_module("dbt.adapters.ivm_postgres.__version__").version,
@@ -93,7 +93,7 @@ class IvmPostgresAdapter(PostgresAdapter):
         if connection is None or connection.state != "open":
             return
         if connection.transaction_open:
-            self.connections.commit()
+            self.connections.commit()  # type: ignore[no-untyped-call]
         elif not connection.credentials.autocommit:
             # psycopg2 opens a transaction implicitly even for statements dbt ran without BEGIN
             # (e.g. drop_relation): a no-op when idle.

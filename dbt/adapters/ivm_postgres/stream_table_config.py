@@ -6,7 +6,7 @@ Kept free of any connection so a future adapter (Spark) can share the same valid
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from dbt.adapters.base.relation import BaseRelation
 from dbt_common.exceptions import DbtRuntimeError
@@ -55,21 +55,26 @@ def build_spec(
         schema=relation.schema,
         name=relation.identifier,
         sql=sql,
-        refresh_mode=_choice(  # type: ignore[arg-type]
-            model_name, "refresh_mode", config.get("refresh_mode"), get_args(RefreshMode), "auto"
+        refresh_mode=cast(
+            RefreshMode,
+            _choice(model_name, "refresh_mode", config.get("refresh_mode"), get_args(RefreshMode), "auto"),
         ),
         catalog_schema=str(config.get("ivm_catalog_schema") or DEFAULT_CATALOG_SCHEMA),
-        on_configuration_change=_choice(  # type: ignore[arg-type]
-            model_name,
-            "on_configuration_change",
-            config.get("on_configuration_change"),
-            get_args(OnConfigurationChange),
-            "apply",
+        on_configuration_change=cast(
+            OnConfigurationChange,
+            _choice(
+                model_name,
+                "on_configuration_change",
+                config.get("on_configuration_change"),
+                get_args(OnConfigurationChange),
+                "apply",
+            ),
         ),
         full_refresh=bool(full_refresh),
         full_refresh_threshold=_threshold(model_name, config.get("full_refresh_threshold")),
-        user_triggers=_choice(  # type: ignore[arg-type]
-            model_name, "user_triggers", config.get("user_triggers"), get_args(UserTriggers), "auto"
+        user_triggers=cast(
+            UserTriggers,
+            _choice(model_name, "user_triggers", config.get("user_triggers"), get_args(UserTriggers), "auto"),
         ),
         notify_channel=str(notify_channel) if notify_channel else None,
         initiated_by="dbt",

@@ -209,10 +209,19 @@ class TestStreamTableBasic:
         assert is_registered(project, "becomes_table")
 
 
-class OnConfigurationChangeBase:
-    """Change the model's SQL after the first run; what happens depends on on_configuration_change."""
+def totals_model(setting: str) -> str:
+    return CUSTOMER_TOTALS_SQL.replace(
+        "materialized='stream_table'", f"materialized='stream_table', on_configuration_change='{setting}'"
+    )
 
-    setting = "apply"
+
+class TestOnConfigurationChange:
+    """The models' SQL changes after the first run; what the next run does depends on on_configuration_change.
+
+    One model per setting, in one project, so one `dbt run` exercises all three.
+    """
+
+    settings = ("apply", "continue", "fail")
 
     @pytest.fixture(scope="class")
     def seeds(self) -> dict[str, str]:
@@ -220,57 +229,45 @@ class OnConfigurationChangeBase:
 
     @pytest.fixture(scope="class")
     def models(self) -> dict[str, str]:
-        return {"customer_totals.sql": CUSTOMER_TOTALS_SQL}
+        return {f"{setting}_totals.sql": totals_model(setting) for setting in self.settings}
 
-    @pytest.fixture(scope="class")
-    def project_config_update(self) -> dict[str, Any]:
-        return {"models": {"on_configuration_change": self.setting}}
+    @staticmethod
+    def query(project: Any, filtered: bool) -> str:
+        query = customer_totals_query(project)
+        return query.replace("group by", "where amount > 15 group by") if filtered else query
 
-    @pytest.fixture(scope="class", autouse=True)
-    def changed(self, project: Any) -> Any:
+    def test_changed_sql(self, project: Any) -> None:
         run_dbt(["seed"])
         run_dbt(["run"])
-        original = get_model_file(project, "customer_totals")
-        set_model_file(project, "customer_totals", original.replace("group by", "where amount > 15 group by"))
-        yield
-        set_model_file(project, "customer_totals", original)
+        for setting in self.settings:
+            original = get_model_file(project, f"{setting}_totals")
+            set_model_file(
+                project, f"{setting}_totals", original.replace("group by", "where amount > 15 group by")
+            )
 
-    def filtered_query(self, project: Any) -> str:
-        return customer_totals_query(project).replace("group by", "where amount > 15 group by")
+        results, logs = run_dbt_and_capture(["run"], expect_pass=False)
+        by_model = {result.node.name: result for result in results.results}
 
+        # apply: rebuilt with the new query
+        assert by_model["apply_totals"].adapter_response["code"] == "REBUILD"
+        assert differences(project, "apply_totals", self.query(project, filtered=True)) == 0
 
-class TestOnConfigurationChangeApply(OnConfigurationChangeBase):
-    setting = "apply"
+        # continue: a warning, and the previous query is still what is maintained
+        assert "continue_totals" in logs and "on_configuration_change='continue'" in logs
+        assert by_model["continue_totals"].adapter_response["code"] != "REBUILD"
+        assert differences(project, "continue_totals", self.query(project, filtered=False)) == 0
 
-    def test_changed_sql_rebuilds(self, project: Any) -> None:
-        result = only_result(run_dbt(["run"]))
-        assert result.adapter_response["code"] == "REBUILD"
-        assert differences(project, "customer_totals", self.filtered_query(project)) == 0
+        # fail: an error naming the model; the table is left as it was
+        failed = by_model["fail_totals"]
+        assert failed.status == "error"
+        assert "fail_totals" in failed.message
+        assert "on_configuration_change='fail'" in failed.message
+        assert differences(project, "fail_totals", self.query(project, filtered=False)) == 0
 
-
-class TestOnConfigurationChangeContinue(OnConfigurationChangeBase):
-    setting = "continue"
-
-    def test_changed_sql_warns_and_keeps(self, project: Any) -> None:
-        results, logs = run_dbt_and_capture(["run"])
-        assert "on_configuration_change='continue'" in logs
-        assert only_result(results).adapter_response["code"] != "REBUILD"
-        assert differences(project, "customer_totals", customer_totals_query(project)) == 0
-        # --full-refresh takes the new query.
+        # --full-refresh takes the new query whatever the setting.
         run_dbt(["run", "--full-refresh"])
-        assert differences(project, "customer_totals", self.filtered_query(project)) == 0
-
-
-class TestOnConfigurationChangeFail(OnConfigurationChangeBase):
-    setting = "fail"
-
-    def test_changed_sql_errors(self, project: Any) -> None:
-        results = run_dbt(["run"], expect_pass=False)
-        result = only_result(results)
-        assert result.status == "error"
-        assert "customer_totals" in result.message
-        assert "on_configuration_change='fail'" in result.message
-        assert differences(project, "customer_totals", customer_totals_query(project)) == 0
+        for setting in self.settings:
+            assert differences(project, f"{setting}_totals", self.query(project, filtered=True)) == 0
 
 
 DOCS_SCHEMA_YML = """
