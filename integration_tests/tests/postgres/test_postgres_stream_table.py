@@ -1,4 +1,4 @@
-"""The `stream_table` materialization through dbt, shaped like dbt-tests-adapter's `MaterializedViewBasic`.
+"""PostgreSQL: the `stream_table` materialization through dbt, shaped like dbt-tests-adapter's `MaterializedViewBasic`.
 
 Every class gets its own schema (dbt-tests-adapter's `project` fixture) on the session's server.
 """
