@@ -84,8 +84,8 @@ class RecordingCursor(psycopg2.extensions.cursor):
         connection: RecordingConnection = self.connection
         connection.statements.append(text)
         if connection.explain and text.lstrip().upper().startswith(("MERGE", "CREATE TEMP TABLE")):
-            super().execute("EXPLAIN " + text, vars)
-            connection.plans.append((text, "\n".join(r[0] for r in self.fetchall())))
+            super().execute("EXPLAIN (FORMAT JSON) " + text, vars)
+            connection.plans.append((text, self.fetchone()[0][0]["Plan"]))
         return super().execute(query, vars)
 
 
@@ -93,7 +93,7 @@ class RecordingConnection(psycopg2.extensions.connection):
     def __init__(self, dsn: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(dsn, *args, **kwargs)
         self.statements: list[str] = []
-        self.plans: list[tuple[str, str]] = []
+        self.plans: list[tuple[str, dict[str, Any]]] = []  # (statement, its JSON plan tree)
         self.explain = False
         self.cursor_factory = RecordingCursor
 

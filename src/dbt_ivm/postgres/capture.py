@@ -17,6 +17,17 @@ from dbt_ivm.sqltext import SEQ, WEIGHT, lit, q, qn
 XID = "__ivm_xid"
 TRIGGER_PREFIX = "__ivm_capture_"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
+# Errors a capture statement raises when the source's columns no longer match its buffer.
+SCHEMA_DRIFT = (
+    "undefined_column",
+    "datatype_mismatch",
+    "cannot_coerce",
+    "numeric_value_out_of_range",
+    "string_data_right_truncation",
+    "invalid_text_representation",
+    "invalid_datetime_format",
+    "datetime_field_overflow",
+)
 
 
 def buffer_name(table: TableInfo) -> str:
@@ -35,6 +46,15 @@ def installed(db: Db, catalog: str, table: TableInfo) -> bool:
     )
     if row is None or row[0] != table.identity or list(row[1]) != table.column_names():
         return False
+    # A column whose type changed (same name) needs a new buffer too.
+    buffer_columns = db.rows(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped AND attname <> ALL (%s) "
+        "ORDER BY attnum",
+        (qn(catalog, buffer_name(table)), [SEQ, XID, WEIGHT]),
+    )
+    if [(str(n), str(t)) for n, t in buffer_columns] != [(c.name, c.type) for c in table.columns]:
+        return False
     count = db.value(
         "SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::oid AND tgname LIKE %s",
         (table.identity, TRIGGER_PREFIX + "%"),
@@ -48,6 +68,13 @@ def install(db: Db, catalog: str, table: TableInfo) -> None:
     function = qn(catalog, function_name(table))
     source = qn(table.schema, table.name)
     column_defs = ", ".join(f"{q(c.name)} {c.type}" for c in table.columns)
+    # A source dropped and recreated has a new oid: drop the old table's buffer and function.
+    previous = db.value(
+        f"SELECT source_oid::text FROM {qn(catalog, 'change_buffers')} WHERE source = %s", (table.qualified,)
+    )
+    if previous is not None and previous != table.identity:
+        db.execute(f"DROP TABLE IF EXISTS {qn(catalog, f'changes_{previous}')}")
+        db.execute(f"DROP FUNCTION IF EXISTS {qn(catalog, f'capture_{previous}')}() CASCADE")
     db.execute(f"DROP TABLE IF EXISTS {buffer}")
     db.execute(
         f"CREATE TABLE {buffer} ({q(SEQ)} bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
@@ -59,6 +86,8 @@ def install(db: Db, catalog: str, table: TableInfo) -> None:
     db.execute(f"REVOKE ALL ON {buffer} FROM PUBLIC")
     names = ", ".join(q(c.name) for c in table.columns)
 
+    marker = f"INSERT INTO {buffer} ({q(WEIGHT)}) VALUES (0);"
+
     def copy(weight: int, rows: str) -> str:
         values = ", ".join(f"r.{q(c.name)}" for c in table.columns)
         return f"INSERT INTO {buffer} ({q(WEIGHT)}, {names}) SELECT {weight}, {values} FROM {q(rows)} AS r;"
@@ -69,8 +98,12 @@ def install(db: Db, catalog: str, table: TableInfo) -> None:
         f"  IF TG_OP = 'INSERT' THEN {copy(1, NEW_ROWS)}\n"
         f"  ELSIF TG_OP = 'UPDATE' THEN {copy(-1, OLD_ROWS)} {copy(1, NEW_ROWS)}\n"
         f"  ELSIF TG_OP = 'DELETE' THEN {copy(-1, OLD_ROWS)}\n"
-        f"  ELSE INSERT INTO {buffer} ({q(WEIGHT)}) VALUES (0);\n"
-        f"  END IF;\n  RETURN NULL;\nEND\n$ivm$"
+        f"  ELSE {marker}\n"
+        f"  END IF;\n  RETURN NULL;\n"
+        # A column dropped, renamed or retyped since install must not fail the user's write: record
+        # a marker instead (the next refresh is FULL and reinstalls capture for the new columns).
+        f"EXCEPTION WHEN {' OR '.join(SCHEMA_DRIFT)} THEN {marker} RETURN NULL;\n"
+        f"END\n$ivm$"
     )
     db.execute(f"REVOKE ALL ON FUNCTION {function}() FROM PUBLIC")
     triggers = {

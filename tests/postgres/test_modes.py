@@ -1,0 +1,173 @@
+"""Refresh modes: differential refuses, auto falls back with a reason, full always recomputes, no changes skip.
+
+FULL is applied as a diff: rows whose values did not change keep their physical version (ctid, xmin),
+so a FULL refresh never empties the table and rewrites only what differs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dbt_ivm.errors import UnsupportedQuery
+from tests.postgres.streams import (
+    execute,
+    history,
+    merges,
+    recording_connection,
+    refresh,
+    refresh_and_check,
+    rows,
+    value,
+)
+
+pytestmark = pytest.mark.postgres
+
+CUSTOMER_TOTALS = (
+    "SELECT customer, SUM(amount) AS total, COUNT(*) AS order_count FROM orders GROUP BY customer"
+)
+UNSUPPORTED = {
+    "window function": "SELECT id, row_number() OVER (PARTITION BY customer ORDER BY id) AS rn FROM orders",
+    "LEFT JOIN": "SELECT o.id, c.name FROM orders o LEFT JOIN customers c ON o.customer_id = c.id",
+    "MAX": "SELECT customer, MAX(amount) AS biggest FROM orders GROUP BY customer",
+}
+
+
+@pytest.fixture
+def shop(pg_conn: Any) -> Any:
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, customer text, amount numeric(10,2));"
+        "INSERT INTO customers VALUES (1, 'alice'), (2, 'bob'), (3, 'carol');"
+        "INSERT INTO orders SELECT i, i % 3 + 1, (ARRAY['alice', 'bob', 'carol'])[i % 3 + 1], i "
+        "FROM generate_series(1, 100) i;"
+        "ANALYZE customers; ANALYZE orders;",
+    )
+    return pg_conn
+
+
+@pytest.mark.parametrize("construct", list(UNSUPPORTED))
+def test_differential_refuses_an_unsupported_query_naming_model_and_construct(
+    shop: Any, construct: str
+) -> None:
+    model = f"model_with_{construct.replace(' ', '_').lower()}"
+    with pytest.raises(UnsupportedQuery) as raised:
+        refresh(shop, model, UNSUPPORTED[construct], refresh_mode="differential")
+    message = str(raised.value)
+    assert model in message and construct.lower() in message.lower(), message
+    assert value(shop, "SELECT to_regclass(%s)", (f"public.{model}",)) is None
+    assert history(shop, model)[-1]["status"] == "FAILED"
+
+
+@pytest.mark.parametrize("construct", list(UNSUPPORTED))
+def test_auto_falls_back_to_full_with_the_reason(shop: Any, construct: str) -> None:
+    name, sql = "fallback", UNSUPPORTED[construct]
+    created = refresh_and_check(shop, name, sql)
+    assert created.action == "CREATE"
+    assert any(construct.lower() in w.lower() for w in created.warnings), created.warnings
+    execute(
+        shop,
+        "UPDATE orders SET amount = amount + 1000, customer = 'dave' WHERE id IN (1, 2); DELETE FROM orders WHERE id = 3",
+    )
+    result = refresh_and_check(shop, name, sql)
+    assert result.action == "FULL"
+    assert result.reason is not None and construct.lower() in result.reason.lower()
+    assert history(shop, name)[-1]["reason"] == result.reason
+    # No capture is installed for a query that can only be refreshed FULL.
+    assert (
+        value(shop, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'orders'::regclass AND NOT tgisinternal")
+        == 0
+    )
+
+
+def test_full_mode_always_recomputes(shop: Any) -> None:
+    refresh_and_check(shop, "totals", CUSTOMER_TOTALS, refresh_mode="full")
+    for statements in ("UPDATE orders SET amount = 0 WHERE id = 5", None):
+        if statements:
+            execute(shop, statements)
+        result = refresh_and_check(shop, "totals", CUSTOMER_TOTALS, refresh_mode="full")
+        assert result.action == "FULL"
+        assert result.reason == "refresh_mode='full'"
+    assert history(shop, "totals")[-1]["action"] == "FULL"
+
+
+def test_no_changes_is_a_skip_without_merge(shop: Any, pg_dsn: str) -> None:
+    refresh(shop, "totals", CUSTOMER_TOTALS)
+    with recording_connection(pg_dsn) as conn:
+        result = refresh(conn, "totals", CUSTOMER_TOTALS)
+        assert result.action == "SKIP"
+        assert merges(conn) == []
+        assert not [s for s in conn.statements if '"public"."totals"' in s and "INSERT" in s.upper()]
+        # The instrument works: a real change does run a MERGE.
+        execute(shop, "UPDATE orders SET amount = 7 WHERE id = 1")
+        assert refresh(conn, "totals", CUSTOMER_TOTALS).action == "DIFFERENTIAL"
+        assert len(merges(conn)) == 1
+    assert [h["action"] for h in history(shop, "totals")] == ["CREATE", "SKIP", "DIFFERENTIAL"]
+    # Changes that cancel within the batch (insert then delete) leave nothing to write.
+    execute(shop, "INSERT INTO orders VALUES (500, 1, 'zed', 1); DELETE FROM orders WHERE id = 500")
+    result = refresh_and_check(shop, "totals", CUSTOMER_TOTALS)
+    assert result.rows_changed == 0
+
+
+def test_auto_goes_full_when_a_batch_exceeds_the_threshold(shop: Any) -> None:
+    refresh(shop, "totals", CUSTOMER_TOTALS)
+    execute(shop, "UPDATE orders SET amount = amount + 1 WHERE id <= 5")
+    small = refresh_and_check(shop, "totals", CUSTOMER_TOTALS)
+    assert small.action == "DIFFERENTIAL"
+    # 60 updated rows are 120 change rows against ~100 source rows: over the default 0.5.
+    execute(shop, "UPDATE orders SET amount = amount + 1 WHERE id <= 60")
+    large = refresh_and_check(shop, "totals", CUSTOMER_TOTALS)
+    assert large.action == "FULL"
+    assert large.reason is not None and "full_refresh_threshold" in large.reason
+    assert history(shop, "totals")[-1]["reason"] == large.reason
+    # The threshold is configurable; differential mode never applies it.
+    execute(shop, "UPDATE orders SET amount = amount + 1 WHERE id <= 5")
+    assert refresh_and_check(shop, "totals", CUSTOMER_TOTALS, full_refresh_threshold=0.01).action == "FULL"
+    execute(shop, "UPDATE orders SET amount = amount + 1 WHERE id <= 60")
+    assert (
+        refresh_and_check(shop, "totals", CUSTOMER_TOTALS, refresh_mode="differential").action
+        == "DIFFERENTIAL"
+    )
+
+
+def _versions(conn: Any, relation: str, key: str) -> dict[Any, tuple[str, str]]:
+    return {r[0]: (r[1], r[2]) for r in rows(conn, f"SELECT {key}, ctid::text, xmin::text FROM {relation}")}
+
+
+@pytest.mark.parametrize(
+    ("sql", "key", "changes", "rewritten"),
+    [
+        # order 1 belongs to bob: bob's row is updated, dave's inserted, alice and carol untouched
+        (CUSTOMER_TOTALS, "customer", (1, 1, 0), {"bob"}),
+        # refreshed FULL only, rows identified by value: bob's row is replaced
+        (
+            "SELECT customer, MAX(amount) AS biggest FROM orders GROUP BY customer",
+            "customer",
+            (2, 0, 1),
+            {"bob"},
+        ),
+        # orders 1 and 1000 enter the filter; the ten stored rows stay as they are
+        ("SELECT id, customer, amount FROM orders WHERE amount > 90", "id", (2, 0, 0), set()),
+    ],
+)
+def test_full_refresh_rewrites_only_rows_that_differ(
+    shop: Any, sql: str, key: str, changes: tuple[int, int, int], rewritten: set[Any]
+) -> None:
+    refresh(shop, "st", sql, refresh_mode="full")
+    before = _versions(shop, "st", key)
+    execute(
+        shop,
+        "UPDATE orders SET amount = amount + 500 WHERE id = 1; INSERT INTO orders VALUES (1000, 9, 'dave', 95)",
+    )
+    result = refresh_and_check(shop, "st", sql, refresh_mode="full")
+    assert (result.action, result.rows_inserted, result.rows_updated, result.rows_deleted) == (
+        "FULL",
+        *changes,
+    )
+    after = _versions(shop, "st", key)
+    assert len(after) == len(before) + changes[0] - changes[2]
+    # Every row whose values did not change is the very same tuple: never deleted and re-inserted.
+    moved = {k for k in before if before[k] != after.get(k)}
+    assert moved == rewritten

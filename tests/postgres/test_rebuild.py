@@ -1,0 +1,191 @@
+"""Sources whose definition changes under a stream table, and how rows are matched on NULL-able keys.
+
+A source dropped and recreated (new oid) or altered gets its capture reinstalled on the next refresh,
+which is FULL with the reason; later refreshes are differential again. Writes to an altered source
+must never fail because of capture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.oracle import assert_matches_query
+from tests.postgres.streams import (
+    CATALOG,
+    execute,
+    recording_connection,
+    refresh,
+    refresh_and_check,
+    rows,
+    value,
+)
+
+pytestmark = pytest.mark.postgres
+
+STREAMS = {
+    "customer_totals": (
+        "SELECT customer, SUM(amount) AS total, COUNT(*) AS order_count FROM orders GROUP BY customer"
+    ),
+    "order_details": "SELECT c.name, o.amount FROM orders o JOIN customers c ON o.customer_id = c.id",
+}
+ORDERS = "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, customer text, amount numeric(10,2))"
+
+
+@pytest.fixture
+def shop(pg_conn: Any) -> Any:
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);"
+        "INSERT INTO customers VALUES (1, 'alice'), (2, 'bob');"
+        f"{ORDERS}; INSERT INTO orders VALUES (1, 1, 'alice', 50), (2, 1, 'alice', 30), (3, 2, 'bob', 75);",
+    )
+    for name, sql in STREAMS.items():
+        refresh_and_check(pg_conn, name, sql)
+    return pg_conn
+
+
+def _refresh_all(conn: Any, expected: str, reason: str | None = None) -> None:
+    for name, sql in STREAMS.items():
+        result = refresh_and_check(conn, name, sql)
+        assert result.action == expected, f"{name}: {result.summary()}"
+        if reason is not None:
+            assert result.reason is not None and reason in result.reason, result.reason
+
+
+def _capture_objects(conn: Any) -> list[str]:
+    """Buffers and capture functions in the catalog schema."""
+    return sorted(
+        r[0]
+        for r in rows(
+            conn,
+            "SELECT relname FROM pg_class WHERE relnamespace = %s::regnamespace AND relname LIKE 'changes%%' "
+            "AND relkind = 'r' UNION ALL SELECT proname FROM pg_proc WHERE pronamespace = %s::regnamespace",
+            (CATALOG, CATALOG),
+        )
+    )
+
+
+def test_source_dropped_and_recreated(shop: Any) -> None:
+    before = _capture_objects(shop)
+    execute(
+        shop, f"DROP TABLE orders; {ORDERS}; INSERT INTO orders VALUES (7, 2, 'bob', 1), (8, 9, 'zed', 2)"
+    )
+    _refresh_all(shop, "FULL", "public.orders")
+    # The new table has capture of its own; the old table's buffer and function are gone.
+    assert len(_capture_objects(shop)) == len(before)
+    assert _capture_objects(shop) != before
+    execute(shop, "UPDATE orders SET amount = 5 WHERE id = 7; INSERT INTO orders VALUES (9, 1, 'alice', 3)")
+    _refresh_all(shop, "DIFFERENTIAL")
+
+
+def test_source_gets_a_new_column(shop: Any) -> None:
+    execute(
+        shop,
+        "ALTER TABLE orders ADD COLUMN note text DEFAULT 'n'; INSERT INTO orders VALUES (4, 2, 'bob', 5, 'x')",
+    )
+    _refresh_all(shop, "FULL", "public.orders")
+    execute(shop, "UPDATE orders SET note = 'y', amount = 6 WHERE id = 4; DELETE FROM orders WHERE id = 1")
+    _refresh_all(shop, "DIFFERENTIAL")
+
+
+@pytest.mark.parametrize(
+    ("ddl", "first"),
+    [
+        # the columns end up as they were: capture still fits, nothing to rebuild
+        ("ALTER TABLE orders ADD COLUMN note text; ALTER TABLE orders DROP COLUMN note", "DIFFERENTIAL"),
+        ("ALTER TABLE orders ADD COLUMN note text", "FULL"),
+        ("ALTER TABLE orders DROP COLUMN customer_id", "FULL"),
+        ("ALTER TABLE orders RENAME COLUMN customer_id TO client_id", "FULL"),
+        ("ALTER TABLE orders ALTER COLUMN customer_id TYPE text", "FULL"),
+        ("ALTER TABLE orders ALTER COLUMN customer_id TYPE bigint", "FULL"),
+    ],
+)
+def test_writes_to_an_altered_source_never_fail(shop: Any, ddl: str, first: str) -> None:
+    """Capture installed for the old columns must not break the user's INSERT, UPDATE or DELETE."""
+    name, sql = "customer_totals", STREAMS["customer_totals"]  # reads no altered column
+    execute(shop, ddl)
+    execute(shop, "INSERT INTO orders (id, customer, amount) VALUES (10, 'carol', 12)")
+    execute(shop, "UPDATE orders SET amount = amount + 1 WHERE id IN (2, 10)")
+    execute(shop, "DELETE FROM orders WHERE id = 3")
+    result = refresh_and_check(shop, name, sql, refresh_mode="differential")
+    assert result.action == first, result.summary()
+    if first == "FULL":
+        assert result.reason is not None and "public.orders" in result.reason
+    execute(shop, "UPDATE orders SET amount = amount + 1 WHERE id = 2")
+    assert refresh_and_check(shop, name, sql, refresh_mode="differential").action == "DIFFERENTIAL"
+
+
+def test_a_dropped_source_fails_the_refresh_by_name(shop: Any) -> None:
+    execute(shop, "DROP TABLE customers")
+    with pytest.raises(Exception, match="customers"):
+        refresh(shop, "order_details", STREAMS["order_details"])
+    # The other stream table is unaffected.
+    execute(shop, "INSERT INTO orders VALUES (4, 1, 'alice', 1)")
+    assert refresh_and_check(shop, "customer_totals", STREAMS["customer_totals"]).action == "DIFFERENTIAL"
+
+
+# ---------------------------------------------------------------------------------------------------
+# NULL-able keys: matching must use the key hash (index or hash join), never a nested loop whose join
+# filter compares IS NOT DISTINCT FROM against the whole table.
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _assert_key_matching_uses_the_hash(statement: str, plan: dict[str, Any]) -> None:
+    """Every comparison of key columns is narrowed by the key hash first: by a hash or merge join on it,
+    or by an index lookup on it. A nested loop with the comparison as its join filter is refused."""
+    for node in _nodes(plan):
+        where = f"{node['Node Type']} in:\n{statement[:300]}"
+        join_filter = str(node.get("Join Filter", ""))
+        if "IS DISTINCT FROM" in join_filter:
+            assert node["Node Type"] in ("Hash Join", "Merge Join"), (
+                f"key comparison as a join filter: {where}"
+            )
+            conditions = f"{node.get('Hash Cond', '')} {node.get('Merge Cond', '')}"
+            assert "__ivm_hash" in conditions, f"join not on the key hash: {where}"
+        if node.get("Relation Name") == "st" and "IS DISTINCT FROM" in str(node.get("Filter", "")):
+            lookup = f"{node.get('Index Cond', '')} {node.get('Recheck Cond', '')}"
+            assert "__ivm_hash" in lookup, f"stream table scanned without the key hash: {where}"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT customer_id, region, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY customer_id, region",
+        "SELECT customer_id, region, amount FROM events",  # keyless: rows matched by value
+        "SELECT DISTINCT customer_id, region FROM events",
+    ],
+)
+def test_nullable_keys_are_matched_through_the_hash(pg_conn: Any, pg_dsn: str, sql: str) -> None:
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, region text, amount numeric);"
+        "INSERT INTO orders SELECT i, NULLIF(i % 12000, 0), NULLIF((i % 7)::text, '0'), i "
+        "FROM generate_series(1, 24000) i;"
+        "CREATE TABLE events AS SELECT customer_id, region, amount FROM orders; ANALYZE orders; ANALYZE events",
+    )
+    refresh(pg_conn, "st", sql)
+    # A batch touching more than 10,000 groups, NULL keys among them.
+    execute(
+        pg_conn,
+        "UPDATE orders SET amount = amount + 1 WHERE customer_id < 10500 OR customer_id IS NULL;"
+        "UPDATE events SET amount = amount + 1, region = 'x' WHERE customer_id < 10500 OR customer_id IS NULL",
+    )
+    with recording_connection(pg_dsn, explain=True) as conn:
+        result = refresh(conn, "st", sql, refresh_mode="differential")
+        assert result.action == "DIFFERENTIAL" and result.rows_changed >= 10_000, result.summary()
+        assert any(s.lstrip().startswith("MERGE") for s, _ in conn.plans)
+        for statement, plan in conn.plans:
+            _assert_key_matching_uses_the_hash(statement, plan)
+    assert_matches_query(pg_conn, "public", "st", sql)
+    indexed = value(
+        pg_conn, "SELECT count(*) FROM pg_indexes WHERE tablename = 'st' AND indexdef LIKE '%%__ivm_hash%%'"
+    )
+    assert indexed == 1
