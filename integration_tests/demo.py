@@ -38,10 +38,9 @@ SOURCE_CHANGES = (
     "delete from {schema}.orders where customer_id = 3",
 )
 
-HISTORY_QUERY = (
-    "select refresh_id, stream_table, action, rows_inserted, rows_updated, rows_deleted, changes_read, "
-    'round(duration_seconds::numeric, 3) as seconds, status, reason from "dbt_ivm"."refresh_history" '
-    "order by refresh_id"
+HISTORY_COLUMNS = (
+    "refresh_id, stream_table, action, rows_inserted, rows_updated, rows_deleted, changes_read, "
+    "cast(duration_seconds as decimal(10, 3)) as seconds, status, reason"
 )
 
 
@@ -49,6 +48,7 @@ class Backend(Protocol):
     """One target the demo runs on: a server, a profile for it, and SQL access to it."""
 
     def start(self) -> None: ...
+    def quote(self, identifier: str) -> str: ...
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]: ...
     def execute(self, sql: str) -> None: ...
     def stop(self) -> None: ...
@@ -87,6 +87,9 @@ class PostgresBackend:
         self._conn.autocommit = True
         print(f"PostgreSQL on {server.host}:{server.port}, database {self.database}")
 
+    def quote(self, identifier: str) -> str:
+        return '"' + identifier.replace('"', '""') + '"'
+
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         with self._conn.cursor() as cursor:
             cursor.execute(sql)
@@ -111,10 +114,6 @@ def postgres_backend(args: argparse.Namespace) -> Backend:
 
 # --target NAME -> how to build its backend. Another backend (e.g. Spark) adds an entry here.
 BACKENDS: dict[str, Callable[[argparse.Namespace], Backend]] = {"postgres": postgres_backend}
-
-
-def quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
 
 
 def run_dbt(command: Sequence[str], target: str) -> Any:
@@ -150,22 +149,24 @@ def print_table(title: str, columns: list[str], rows: list[tuple[Any, ...]]) -> 
 
 
 def user_columns(backend: Backend, table: str) -> list[str]:
-    columns, _ = backend.query(f"select * from {quote(SCHEMA)}.{quote(table)} where false")
+    columns, _ = backend.query(f"select * from {backend.quote(SCHEMA)}.{backend.quote(table)} where false")
     return [column for column in columns if not column.startswith(HIDDEN_COLUMN_PREFIX)]
 
 
 def show_stream_table(backend: Backend, table: str) -> None:
     columns = user_columns(backend, table)
-    select_list = ", ".join(quote(column) for column in columns)
+    select_list = ", ".join(backend.quote(column) for column in columns)
     order = ", ".join(str(i + 1) for i in range(len(columns)))
-    names, rows = backend.query(f"select {select_list} from {quote(SCHEMA)}.{quote(table)} order by {order}")
+    names, rows = backend.query(
+        f"select {select_list} from {backend.quote(SCHEMA)}.{backend.quote(table)} order by {order}"
+    )
     print_table(f"{SCHEMA}.{table}", names, rows)
 
 
 def differences(backend: Backend, table: str, query: str) -> int:
     """Rows in the stream table but not in its query, plus the reverse, counting duplicates."""
-    select_list = ", ".join(quote(column) for column in user_columns(backend, table))
-    stored = f"select {select_list} from {quote(SCHEMA)}.{quote(table)}"
+    select_list = ", ".join(backend.quote(column) for column in user_columns(backend, table))
+    stored = f"select {select_list} from {backend.quote(SCHEMA)}.{backend.quote(table)}"
     fresh = f"select {select_list} from ({query}) as defining_query"
     total = 0
     for left, right in ((stored, fresh), (fresh, stored)):
@@ -204,14 +205,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print("\nChanging the sources:")
         for statement in SOURCE_CHANGES:
-            sql = statement.format(schema=quote(SCHEMA))
+            sql = statement.format(schema=backend.quote(SCHEMA))
             print(f"  {sql};")
             backend.execute(sql)
 
         queries = compiled_queries(run_dbt(["run"], args.target))
         for table in STREAM_TABLES:
             show_stream_table(backend, table)
-        names, rows = backend.query(HISTORY_QUERY)
+        history = f"{backend.quote('dbt_ivm')}.{backend.quote('refresh_history')}"
+        names, rows = backend.query(f"select {HISTORY_COLUMNS} from {history} order by refresh_id")
         print_table("dbt_ivm.refresh_history", names, rows)
         ok = check_stream_tables(backend, queries) and ok
     finally:
