@@ -38,6 +38,19 @@ def function_name(table: TableInfo) -> str:
     return f"capture_{table.identity}"
 
 
+def remove_unused(db: Db, catalog: str) -> None:
+    """Remove capture from sources no stream table reads any more, so their writes stop paying for it."""
+    unused = db.rows(
+        f"SELECT source, source_oid::text, buffer_table FROM {qn(catalog, 'change_buffers')} AS b "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE b.source = ANY (s.sources))"
+    )
+    for source, oid, buffer in unused:
+        # The triggers depend on the function: CASCADE removes them with it.
+        db.execute(f"DROP FUNCTION IF EXISTS {qn(catalog, f'capture_{oid}')}() CASCADE")
+        db.execute(f"DROP TABLE IF EXISTS {qn(catalog, buffer)}")
+        db.execute(f"DELETE FROM {qn(catalog, 'change_buffers')} WHERE source = %s", (source,))
+
+
 def installed(db: Db, catalog: str, table: TableInfo) -> bool:
     """Are this table's capture triggers in place, writing a buffer with all of its current columns?"""
     row = db.one(

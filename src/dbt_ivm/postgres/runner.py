@@ -351,9 +351,11 @@ def _cleanup(db: Db, spec: StreamTableSpec, compiled: Compiled) -> None:
 
 
 def drop_stream_table(connection: object, schema: str, name: str, catalog_schema: str = "dbt_ivm") -> None:
-    """Unregister a stream table (its table is dropped by the caller); its buffers stay for other consumers."""
+    """Unregister a stream table (its table is dropped by the caller); its buffers stay for other
+    consumers, and capture is removed from sources no other stream table reads."""
     db = Db(connection)
     exists = db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog_schema, "stream_tables"),))
     if exists:
         with db.transaction():
             registry.unregister(db, catalog_schema, f"{schema}.{name}")
+            capture.remove_unused(db, catalog_schema)
