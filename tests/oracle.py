@@ -30,6 +30,26 @@ def user_columns(conn: Any, schema: str, name: str) -> list[str]:
         return [r[0] for r in cur.fetchall() if not r[0].startswith(HIDDEN_PREFIX)]
 
 
+# Types without an equality operator: compared by their text form.
+TEXT_COMPARED = {"json", "xml", "point", "line", "lseg", "box", "path", "polygon", "circle"}
+
+
+def _column_types(conn: Any, schema: str, name: str) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT attname, atttypid::regtype::text FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+            "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (relation_name(schema, name),),
+        )
+        return [r[1] for r in cur.fetchall() if not r[0].startswith(HIDDEN_PREFIX)]
+
+
+def _comparable(column: str, type_name: str) -> str:
+    if type_name in TEXT_COMPARED or type_name.rstrip("[]") in TEXT_COMPARED:
+        return f"{_quote(column)}::text AS {_quote(column)}"
+    return _quote(column)
+
+
 def query_columns(conn: Any, sql: str) -> list[str]:
     with conn.cursor() as cur:
         cur.execute(f"SELECT * FROM ({sql}) AS oracle_q LIMIT 0")
@@ -43,9 +63,11 @@ def differences(
     columns = user_columns(conn, schema, name)
     expected = query_columns(conn, sql)
     assert columns == expected, f"{schema}.{name}: columns {columns} != query columns {expected}"
-    listed = ", ".join(_quote(c) for c in columns)
+    listed = ", ".join(
+        _comparable(c, t) for c, t in zip(columns, _column_types(conn, schema, name), strict=True)
+    )
     stored = f"SELECT {listed} FROM {relation_name(schema, name)}"
-    query = f"SELECT * FROM ({sql}) AS oracle_q"
+    query = f"SELECT {listed} FROM ({sql}) AS oracle_q"
     with conn.cursor() as cur:
         cur.execute(f"{stored} EXCEPT ALL {query}")
         extra = cur.fetchall()

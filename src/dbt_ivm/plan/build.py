@@ -18,7 +18,9 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.schema import MappingSchema
 
 from dbt_ivm.catalog import Catalog, TableInfo
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
@@ -76,7 +78,8 @@ def build_plan(
     by_schema: dict[str, dict[str, dict[str, str]]] = {}
     for t in tables.values():
         by_schema.setdefault(t.schema, {})[t.name] = {c.name: c.type for c in t.columns}
-    schema: dict[str, object] = dict(by_schema)
+    # Catalog names are exact spellings (e.g. "Sales"."Order Items"): sqlglot must not fold their case.
+    schema = MappingSchema(dict[str, object](by_schema), dialect=dialect, normalize=False)
     try:
         tree = qualify(
             tree, schema=schema, dialect=dialect, quote_identifiers=True, validate_qualify_columns=True
@@ -113,7 +116,8 @@ def _parse(sql: str, model: str, dialect: str) -> exp.Expr:
         kind = type(tree).__name__.upper()
         raise UnsupportedQuery(model, f"`{kind}`", "split each branch into its own stream table")
     assert isinstance(tree, exp.Expr)
-    return tree
+    # Unquoted names fold to the database's case now, so every name below is the catalog's own spelling.
+    return normalize_identifiers(tree, dialect=dialect)
 
 
 def _cte_names(tree: exp.Expr) -> set[str]:
@@ -137,7 +141,9 @@ def _resolve_tables(tree: exp.Expr, catalog: Catalog, model: str, dialect: str) 
             if info.kind == "view" and info.view_sql:
                 view = _parse(info.view_sql, model, dialect)
                 alias = table.alias_or_name
-                table.replace(exp.Subquery(this=view, alias=exp.TableAlias(this=exp.to_identifier(alias))))
+                table.replace(
+                    exp.Subquery(this=view, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+                )
                 expanded = True
                 continue
             if info.kind != "table":
@@ -145,7 +151,7 @@ def _resolve_tables(tree: exp.Expr, catalog: Catalog, model: str, dialect: str) 
                     model, f"{info.kind} {info.qualified}", "read from tables (or views over tables)"
                 )
             table.set("catalog", None)
-            table.set("db", exp.to_identifier(info.schema))
+            table.set("db", exp.to_identifier(info.schema, quoted=True))
             found[info.qualified] = info
         if not expanded:
             return found

@@ -38,6 +38,12 @@ from dbt_ivm.sqltext import q, qn
 _clock = threading.local()
 
 
+# Types without an equality operator: rows holding them cannot be compared or diffed.
+INCOMPARABLE_TYPES = {"json", "xml", "point", "line", "lseg", "box", "path", "polygon", "circle"}
+# A running sum of floating-point values drifts as rows come and go (1e10 + 0.5 − 1e10 is not 0.5).
+INEXACT_TYPES = {"double precision", "real"}
+
+
 @dataclass
 class Compiled:
     """A defining query resolved against the database: plan, layout, and what refreshing it needs."""
@@ -71,23 +77,43 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
     except Exception as error:
         message = str(getattr(error, "pgerror", None) or error).strip()
         raise InvalidQuery(spec.model, message) from error
+    incomparable = [f"`{n}` ({t})" for n, t in output_types if t.removesuffix("[]") in INCOMPARABLE_TYPES]
+    if incomparable:
+        # No refresh of any kind can compare such rows: refuse up front, whatever the mode.
+        raise UnsupportedQuery(
+            spec.model,
+            f"column {', '.join(incomparable)} without an equality operator",
+            "cast it to jsonb or text",
+        )
     catalog = PostgresCatalog(db)
     try:
         plan = build_plan(sql, catalog, spec.model, [n for n, _ in output_types])
+        sources = list({s.table.qualified: s.table for s in scans_of(plan.input)}.values())
+        call_types = _call_types(db, spec, plan, sources)
     except UnsupportedQuery as unsupported:
         if spec.refresh_mode == "differential":
             raise
         return Compiled(None, None, [], unsupported, {}, output_types)
-    layout = layout_of(plan)
-    sources = list({s.table.qualified: s.table for s in scans_of(plan.input)}.values())
+    return Compiled(plan, layout_of(plan), sources, None, call_types, output_types)
+
+
+def _call_types(db: Db, spec: StreamTableSpec, plan: Plan, sources: list[TableInfo]) -> dict[int, str]:
+    """Result types of the aggregate calls (to finalize AVG exactly); refuses inexact running sums."""
     call_types: dict[int, str] = {}
-    if isinstance(plan, Aggregate):
-        probe = call_probe_sql(plan, _current_bindings(sources))
-        if probe is not None:
-            for (name, type_), call in zip(describe(db, probe), plan.calls, strict=True):
-                call_types[call.index] = type_
-                del name
-    return Compiled(plan, layout, sources, None, call_types, output_types)
+    if not isinstance(plan, Aggregate):
+        return call_types
+    probe = call_probe_sql(plan, _current_bindings(sources))
+    if probe is None:
+        return call_types
+    for (_, type_), call in zip(describe(db, probe), plan.calls, strict=True):
+        call_types[call.index] = type_
+        if call.func in ("sum", "avg") and type_ in INEXACT_TYPES:
+            raise UnsupportedQuery(
+                spec.model,
+                f"aggregate `{call.original.sql('postgres')}` over {type_}",
+                "cast the argument to numeric, or use refresh_mode='full'",
+            )
+    return call_types
 
 
 def _current_bindings(sources: list[TableInfo]) -> Bindings:
