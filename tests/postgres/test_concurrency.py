@@ -184,14 +184,18 @@ def test_refreshes_while_writers_write(pg_conn: Any, pg_dsn: str) -> None:
 
 
 def _run_blocked(
-    pg_conn: Any, pg_dsn: str, lock_tables: list[str], calls: list[Callable[[Any], RefreshResult]]
+    pg_conn: Any,
+    pg_dsn: str,
+    lock_tables: list[str],
+    calls: list[Callable[[Any], RefreshResult]],
+    mode: str = "EXCLUSIVE",
 ) -> list[RefreshResult]:
     """Run each call on its own connection while `lock_tables` are locked, then release the lock."""
     blocker = connect(pg_dsn)
     sessions = [connect(pg_dsn) for _ in calls]
     try:
         execute(blocker, "BEGIN")
-        execute(blocker, f"LOCK TABLE {', '.join(lock_tables)} IN EXCLUSIVE MODE")
+        execute(blocker, f"LOCK TABLE {', '.join(lock_tables)} IN {mode} MODE")
         with ThreadPoolExecutor(len(calls)) as pool:
             futures: list[Future[RefreshResult]] = []
             for session, call in zip(sessions, calls, strict=True):
@@ -239,3 +243,25 @@ def test_concurrent_refreshes_of_stream_tables_sharing_a_source(pg_conn: Any, pg
     for name, sql in STREAMS.items():
         refresh(pg_conn, name, sql)
     assert buffer_count(pg_conn, "public.orders") == 0
+
+
+def test_stream_tables_created_at_once_on_a_new_source(pg_conn: Any, pg_dsn: str) -> None:
+    """dbt's first run creates several stream tables over one source in parallel: capture is installed once."""
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, tier text);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, customer text, amount numeric(12,2));"
+        "INSERT INTO customers VALUES (1, 'c1', 'gold'); INSERT INTO orders VALUES (1, 1, 'c1', 5);",
+    )
+    # Installing capture needs a lock on orders that this session holds until every creator waits.
+    results = _run_blocked(
+        pg_conn,
+        pg_dsn,
+        ["orders"],
+        [lambda c, n=name, s=sql: refresh(c, n, s) for name, sql in STREAMS.items()],
+        mode="SHARE ROW EXCLUSIVE",
+    )
+    assert [r.action for r in results] == ["CREATE"] * 3
+    execute(pg_conn, "INSERT INTO orders VALUES (2, 1, 'c1', 6); UPDATE customers SET tier = 'x'")
+    for name, sql in STREAMS.items():
+        assert refresh_and_check(pg_conn, name, sql).action == "DIFFERENTIAL"

@@ -75,6 +75,11 @@ def installed(db: Db, catalog: str, table: TableInfo) -> bool:
     return int(count) == 4
 
 
+def lock_installs(db: Db) -> None:
+    """Serialize capture installs until the caller's transaction ends."""
+    db.execute("SELECT pg_advisory_xact_lock(hashtext('dbt_ivm capture install'))")
+
+
 def install(db: Db, catalog: str, table: TableInfo) -> None:
     """(Re)create the buffer, capture function and the four triggers. Runs in the caller's transaction."""
     buffer = qn(catalog, buffer_name(table))

@@ -196,7 +196,11 @@ def _install_capture(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
         if spec.refresh_mode != "full" and compiled.plan is not None:
             for source in compiled.sources:
                 if not capture.installed(db, spec.catalog_schema, source):
-                    capture.install(db, spec.catalog_schema, source)
+                    # Stream tables over one new source are created in parallel (dbt threads):
+                    # install once, re-checking under the lock.
+                    capture.lock_installs(db)
+                    if not capture.installed(db, spec.catalog_schema, source):
+                        capture.install(db, spec.catalog_schema, source)
     return compiled
 
 
