@@ -189,3 +189,39 @@ def test_nullable_keys_are_matched_through_the_hash(pg_conn: Any, pg_dsn: str, s
         pg_conn, "SELECT count(*) FROM pg_indexes WHERE tablename = 'st' AND indexdef LIKE '%%__ivm_hash%%'"
     )
     assert indexed == 1
+
+
+def test_partitioned_source_sees_writes_to_any_partition(pg_conn: Any) -> None:
+    execute(
+        pg_conn,
+        "CREATE TABLE sales (id int, region text, amount numeric, PRIMARY KEY (id, region)) PARTITION BY LIST (region);"
+        "CREATE TABLE sales_n PARTITION OF sales FOR VALUES IN ('n');"
+        "CREATE TABLE sales_s PARTITION OF sales FOR VALUES IN ('s') PARTITION BY RANGE (id);"
+        "CREATE TABLE sales_s_low PARTITION OF sales_s FOR VALUES FROM (0) TO (100);"
+        "CREATE TABLE sales_s_high PARTITION OF sales_s FOR VALUES FROM (100) TO (1000);"
+        "INSERT INTO sales VALUES (1, 'n', 10), (2, 's', 20), (150, 's', 5);",
+    )
+    sql = "SELECT region, SUM(amount) AS total, COUNT(*) AS n FROM sales GROUP BY region"
+
+    def check(statements: str, action: str) -> None:
+        execute(pg_conn, statements)
+        result = refresh_and_check(pg_conn, "by_region", sql, statements, refresh_mode="differential")
+        assert result.action == action, f"{statements}: {result.summary()}"
+
+    refresh_and_check(pg_conn, "by_region", sql)
+    check("INSERT INTO sales VALUES (3, 'n', 1); UPDATE sales SET amount = 11 WHERE id = 1", "DIFFERENTIAL")
+    check("INSERT INTO sales_n VALUES (4, 'n', 100); DELETE FROM sales_s_low WHERE id = 2", "DIFFERENTIAL")
+    check(
+        "UPDATE sales_s SET amount = amount + 1; INSERT INTO sales_s_high VALUES (200, 's', 7)",
+        "DIFFERENTIAL",
+    )
+    check("UPDATE sales SET region = 's', id = id + 10 WHERE id = 4", "DIFFERENTIAL")  # moves partition
+    check("TRUNCATE sales_s_high", "FULL")
+    check(
+        "CREATE TABLE sales_e (id int, region text, amount numeric, PRIMARY KEY (id, region));"
+        "INSERT INTO sales_e VALUES (5, 'e', 50); ALTER TABLE sales ATTACH PARTITION sales_e FOR VALUES IN ('e')",
+        "FULL",
+    )
+    check("INSERT INTO sales_e VALUES (6, 'e', 60)", "DIFFERENTIAL")
+    check("ALTER TABLE sales DETACH PARTITION sales_n", "FULL")
+    check("INSERT INTO sales_n VALUES (7, 'n', 1); INSERT INTO sales VALUES (8, 'e', 2)", "DIFFERENTIAL")

@@ -17,6 +17,8 @@ from dbt_ivm.sqltext import SEQ, WEIGHT, lit, q, qn
 XID = "__ivm_xid"
 TRIGGER_PREFIX = "__ivm_capture_"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
+# The source and, when it is partitioned, every partition below it (relid).
+TARGETS_SQL = "SELECT %s::oid AS relid UNION SELECT relid FROM pg_partition_tree(%s::oid::regclass)"
 # Errors a capture statement raises when the source's columns no longer match its buffer.
 SCHEMA_DRIFT = (
     "undefined_column",
@@ -68,11 +70,15 @@ def installed(db: Db, catalog: str, table: TableInfo) -> bool:
     )
     if [(str(n), str(t)) for n, t in buffer_columns] != [(c.name, c.type) for c in table.columns]:
         return False
-    count = db.value(
-        "SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::oid AND tgname LIKE %s",
-        (table.identity, TRIGGER_PREFIX + "%"),
+    # Four triggers on the source and on each of its partitions, and on nothing else (a detached one).
+    complete = db.value(
+        f"WITH targets AS ({TARGETS_SQL}), fn AS (SELECT to_regprocedure(%s) AS oid) "
+        "SELECT (SELECT count(*) FROM pg_trigger t, fn WHERE t.tgfoid = fn.oid) = 4 * (SELECT count(*) FROM targets) "
+        "AND (SELECT count(*) FROM pg_trigger t, fn, targets x WHERE t.tgfoid = fn.oid AND t.tgrelid = x.relid) "
+        "= 4 * (SELECT count(*) FROM targets)",
+        (table.identity, table.identity, qn(catalog, function_name(table)) + "()"),
     )
-    return int(count) == 4
+    return bool(complete)
 
 
 def lock_installs(db: Db) -> None:
@@ -84,7 +90,6 @@ def install(db: Db, catalog: str, table: TableInfo) -> None:
     """(Re)create the buffer, capture function and the four triggers. Runs in the caller's transaction."""
     buffer = qn(catalog, buffer_name(table))
     function = qn(catalog, function_name(table))
-    source = qn(table.schema, table.name)
     column_defs = ", ".join(f"{q(c.name)} {c.type}" for c in table.columns)
     # A source dropped and recreated has a new oid: drop the old table's buffer and function.
     previous = db.value(
@@ -94,6 +99,8 @@ def install(db: Db, catalog: str, table: TableInfo) -> None:
         db.execute(f"DROP TABLE IF EXISTS {qn(catalog, f'changes_{previous}')}")
         db.execute(f"DROP FUNCTION IF EXISTS {qn(catalog, f'capture_{previous}')}() CASCADE")
     db.execute(f"DROP TABLE IF EXISTS {buffer}")
+    # Also removes this function's triggers from tables that are no longer partitions of the source.
+    db.execute(f"DROP FUNCTION IF EXISTS {function}() CASCADE")
     db.execute(
         f"CREATE TABLE {buffer} ({q(SEQ)} bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
         f"{q(XID)} xid8 NOT NULL DEFAULT pg_current_xact_id(), {q(WEIGHT)} smallint NOT NULL"
@@ -125,16 +132,25 @@ def install(db: Db, catalog: str, table: TableInfo) -> None:
     )
     db.execute(f"REVOKE ALL ON FUNCTION {function}() FROM PUBLIC")
     triggers = {
-        "ins": f"AFTER INSERT ON {source} REFERENCING NEW TABLE AS {q(NEW_ROWS)}",
-        "upd": f"AFTER UPDATE ON {source} REFERENCING OLD TABLE AS {q(OLD_ROWS)} NEW TABLE AS {q(NEW_ROWS)}",
-        "del": f"AFTER DELETE ON {source} REFERENCING OLD TABLE AS {q(OLD_ROWS)}",
-        "trunc": f"AFTER TRUNCATE ON {source}",
+        "ins": f"AFTER INSERT ON {{}} REFERENCING NEW TABLE AS {q(NEW_ROWS)}",
+        "upd": f"AFTER UPDATE ON {{}} REFERENCING OLD TABLE AS {q(OLD_ROWS)} NEW TABLE AS {q(NEW_ROWS)}",
+        "del": f"AFTER DELETE ON {{}} REFERENCING OLD TABLE AS {q(OLD_ROWS)}",
+        "trunc": "AFTER TRUNCATE ON {}",
     }
-    for suffix, timing in triggers.items():
-        db.execute(
-            f"CREATE OR REPLACE TRIGGER {q(TRIGGER_PREFIX + suffix)} {timing} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+    # Statement triggers fire only on the table a statement names: a partitioned source needs them on
+    # every partition too, or writes straight into a partition would go unseen.
+    targets = [
+        str(r[0])
+        for r in db.rows(
+            f"SELECT relid::regclass::text FROM ({TARGETS_SQL}) AS x", (table.identity, table.identity)
         )
+    ]
+    for target in targets:
+        for suffix, timing in triggers.items():
+            db.execute(
+                f"CREATE OR REPLACE TRIGGER {q(TRIGGER_PREFIX + suffix)} {timing.format(target)} "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+            )
     db.execute(
         f"INSERT INTO {qn(catalog, 'change_buffers')} (source, source_oid, buffer_table, columns, primary_key) "
         f"VALUES (%s, %s::oid, %s, %s, %s) ON CONFLICT (source) DO UPDATE SET source_oid = EXCLUDED.source_oid, "
