@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect, NormalizationStrategy
 from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
@@ -78,8 +79,12 @@ def build_plan(
     by_schema: dict[str, dict[str, dict[str, str]]] = {}
     for t in tables.values():
         by_schema.setdefault(t.schema, {})[t.name] = {c.name: c.type for c in t.columns}
-    # Catalog names are exact spellings (e.g. "Sales"."Order Items"): sqlglot must not fold their case.
-    schema = MappingSchema(dict[str, object](by_schema), dialect=dialect, normalize=False)
+    # Catalog names are exact spellings (e.g. "Sales"."Order Items"): only a case-insensitive dialect
+    # (Spark) may fold them.
+    case_insensitive = (
+        Dialect.get_or_raise(dialect).normalization_strategy is NormalizationStrategy.CASE_INSENSITIVE
+    )
+    schema = MappingSchema(dict[str, object](by_schema), dialect=dialect, normalize=case_insensitive)
     try:
         tree = qualify(
             tree, schema=schema, dialect=dialect, quote_identifiers=True, validate_qualify_columns=True
