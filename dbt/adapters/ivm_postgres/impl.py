@@ -39,6 +39,9 @@ class IvmPostgresAdapter(PostgresAdapter):
         super().__init__(config, mp_context)
         # One engine connection per dbt thread, opened on first use (never at parse time).
         self._engine_connections: dict[int, Any] = {}
+        # Stream tables dbt dropped or renamed, per thread, unregistered once that thread's dbt
+        # connection is released (see ivm_forget_stream_table).
+        self._pending_forgets: dict[int, list[tuple[str, str, str]]] = {}
         self._engine_lock = threading.Lock()
 
     @classmethod
@@ -78,14 +81,19 @@ class IvmPostgresAdapter(PostgresAdapter):
         if conn is not None and not conn.closed:
             conn.close()
 
+    def release_connection(self) -> None:
+        super().release_connection()
+        self._forget_pending()
+
     def cleanup_connections(self) -> None:
+        super().cleanup_connections()
+        self._forget_pending(every_thread=True)
         with self._engine_lock:
             conns = list(self._engine_connections.values())
             self._engine_connections.clear()
         for conn in conns:
             if not conn.closed:
                 conn.close()
-        super().cleanup_connections()
 
     def _commit_dbt_transaction(self) -> None:
         """Commit dbt's own open transaction so the engine never waits on locks dbt's connection holds."""
@@ -139,14 +147,33 @@ class IvmPostgresAdapter(PostgresAdapter):
 
     @available.parse(lambda *args, **kwargs: "")
     def ivm_forget_stream_table(self, relation: BaseRelation, catalog_schema: str) -> str:
-        """Unregister `relation` if it is a stream table (dbt is about to drop or rename it)."""
-        from dbt_ivm.postgres.runner import drop_stream_table
+        """Note that dbt is dropping or renaming `relation`; it is unregistered after dbt's transaction.
 
+        Not now: unregistering may remove capture triggers from the sources, which waits for the locks
+        dbt's still-open transaction holds on them, while this thread waits for the engine.
+        """
         if relation.schema is None or relation.identifier is None:
             return ""
-        try:
-            drop_stream_table(self._engine_connection(), relation.schema, relation.identifier, catalog_schema)
-        except psycopg2.Error as exc:
-            self._discard_engine_connection()
-            raise DbtDatabaseError(f"unregistering stream table {relation}: {str(exc).strip()}") from exc
+        with self._engine_lock:
+            pending = self._pending_forgets.setdefault(threading.get_ident(), [])
+            pending.append((relation.schema, relation.identifier, catalog_schema))
         return ""
+
+    def _forget_pending(self, every_thread: bool = False) -> None:
+        """Unregister the stream tables dbt dropped or renamed; its connections hold no locks by now."""
+        with self._engine_lock:
+            if every_thread:
+                forgets = [item for items in self._pending_forgets.values() for item in items]
+                self._pending_forgets.clear()
+            else:
+                forgets = self._pending_forgets.pop(threading.get_ident(), [])
+        if not forgets:
+            return
+        from dbt_ivm.postgres.runner import drop_stream_table
+
+        for schema, name, catalog_schema in dict.fromkeys(forgets):
+            try:
+                drop_stream_table(self._engine_connection(), schema, name, catalog_schema)
+            except psycopg2.Error as exc:
+                self._discard_engine_connection()
+                logger.warning(f"could not unregister stream table {schema}.{name}: {str(exc).strip()}")
