@@ -189,6 +189,7 @@ def _run_blocked(
     lock_tables: list[str],
     calls: list[Callable[[Any], RefreshResult]],
     mode: str = "EXCLUSIVE",
+    while_blocked: Callable[[], None] | None = None,
 ) -> list[RefreshResult]:
     """Run each call on its own connection while `lock_tables` are locked, then release the lock."""
     blocker = connect(pg_dsn)
@@ -201,6 +202,8 @@ def _run_blocked(
             for session, call in zip(sessions, calls, strict=True):
                 futures.append(pool.submit(call, session))
                 _wait_until_blocked(pg_conn, [session.get_backend_pid()])
+            if while_blocked is not None:
+                while_blocked()
             execute(blocker, "COMMIT")
             return [f.result(timeout=60) for f in futures]
     finally:
@@ -265,3 +268,32 @@ def test_stream_tables_created_at_once_on_a_new_source(pg_conn: Any, pg_dsn: str
     execute(pg_conn, "INSERT INTO orders VALUES (2, 1, 'c1', 6); UPDATE customers SET tier = 'x'")
     for name, sql in STREAMS.items():
         assert refresh_and_check(pg_conn, name, sql).action == "DIFFERENTIAL"
+
+
+def test_writers_are_not_blocked_by_a_refresh(pg_conn: Any, pg_dsn: str) -> None:
+    """While a refresh holds its snapshot and locks (stopped at its MERGE), sources stay writable."""
+    _setup(pg_conn)
+    execute(pg_conn, "UPDATE orders SET amount = amount + 1 WHERE id < 10")
+    writer = connect(pg_dsn)
+    execute(writer, "SET statement_timeout = '5s'")
+
+    def write() -> None:
+        execute(
+            writer, "INSERT INTO orders VALUES (500, 1, 'c1', 5); UPDATE orders SET amount = 0 WHERE id = 20"
+        )
+        execute(writer, "DELETE FROM orders WHERE id = 21; UPDATE customers SET tier = 'new' WHERE id = 1")
+        execute(writer, "BEGIN; INSERT INTO orders VALUES (501, 2, 'c2', 6); COMMIT")
+
+    try:
+        results = _run_blocked(
+            pg_conn,
+            pg_dsn,
+            ["customer_totals"],
+            [lambda c: refresh(c, "customer_totals", CUSTOMER_TOTALS)],
+            while_blocked=write,
+        )
+    finally:
+        writer.close()
+    assert results[0].action == "DIFFERENTIAL"
+    for name, sql in STREAMS.items():
+        refresh_and_check(pg_conn, name, sql, "after writes during a refresh")

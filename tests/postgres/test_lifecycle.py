@@ -1,0 +1,87 @@
+"""A stream table's life: create, refresh, --full-refresh, a changed defining query, a dropped table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dbt_ivm.errors import IvmError
+from tests.oracle import assert_matches_query, user_columns
+from tests.postgres.streams import execute, history, refresh, refresh_and_check, value
+
+pytestmark = pytest.mark.postgres
+
+TOTALS = "SELECT customer, SUM(amount) AS total, COUNT(*) AS order_count FROM orders GROUP BY customer"
+TOTALS_V2 = "SELECT customer, SUM(amount) AS total FROM orders WHERE amount > 1 GROUP BY customer"
+
+
+@pytest.fixture
+def shop(pg_conn: Any) -> Any:
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
+        "INSERT INTO orders VALUES (1, 'a', 1), (2, 'a', 2), (3, 'b', 3);",
+    )
+    created = refresh_and_check(pg_conn, "totals", TOTALS)
+    assert created.action == "CREATE" and created.rows_inserted == 2
+    return pg_conn
+
+
+def test_user_columns_come_first_and_hidden_ones_are_marked(shop: Any) -> None:
+    assert user_columns(shop, "public", "totals") == ["customer", "total", "order_count"]
+    hidden = value(
+        shop,
+        "SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute "
+        "WHERE attrelid = 'totals'::regclass AND attnum > 3 AND NOT attisdropped",
+    )
+    assert hidden and all(name.startswith("__ivm_") for name in hidden)
+
+
+def test_full_refresh_rebuilds(shop: Any) -> None:
+    execute(shop, "UPDATE orders SET amount = 9 WHERE id = 3")
+    result = refresh_and_check(shop, "totals", TOTALS, full_refresh=True)
+    assert (result.action, result.reason) == ("REBUILD", "--full-refresh")
+    execute(shop, "DELETE FROM orders WHERE id = 1")
+    assert refresh_and_check(shop, "totals", TOTALS).action == "DIFFERENTIAL"
+
+
+def test_changed_query_is_applied(shop: Any) -> None:
+    result = refresh_and_check(shop, "totals", TOTALS_V2)
+    assert (result.action, result.reason) == ("REBUILD", "defining query changed")
+    assert user_columns(shop, "public", "totals") == ["customer", "total"]
+    execute(shop, "INSERT INTO orders VALUES (4, 'c', 5), (5, 'c', 0.5)")
+    assert refresh_and_check(shop, "totals", TOTALS_V2).action == "DIFFERENTIAL"
+
+
+def test_changed_query_fails_or_continues_on_request(shop: Any) -> None:
+    with pytest.raises(IvmError, match="totals"):
+        refresh(shop, "totals", TOTALS_V2, on_configuration_change="fail")
+    assert_matches_query(shop, "public", "totals", TOTALS)
+    execute(shop, "INSERT INTO orders VALUES (4, 'c', 5)")
+    kept = refresh(shop, "totals", TOTALS_V2, on_configuration_change="continue")
+    assert kept.action == "DIFFERENTIAL" and kept.warnings
+    # Still the previous query, maintained.
+    assert_matches_query(shop, "public", "totals", TOTALS)
+
+
+def test_a_dropped_table_is_created_again(shop: Any) -> None:
+    execute(shop, "DROP TABLE totals; INSERT INTO orders VALUES (4, 'c', 5)")
+    result = refresh_and_check(shop, "totals", TOTALS)
+    assert result.action == "CREATE"
+    execute(shop, "DELETE FROM orders WHERE id = 4")
+    assert refresh_and_check(shop, "totals", TOTALS).action == "DIFFERENTIAL"
+    assert [h["action"] for h in history(shop, "totals")] == ["CREATE", "CREATE", "DIFFERENTIAL"]
+
+
+def test_global_aggregate_over_an_empty_table(pg_conn: Any) -> None:
+    execute(pg_conn, "CREATE TABLE orders (id int PRIMARY KEY, amount numeric)")
+    sql = "SELECT COUNT(*) AS n, SUM(amount) AS total, AVG(amount) AS mean, COUNT(amount) AS n_amount FROM orders"
+    refresh_and_check(pg_conn, "stats", sql)
+    assert value(pg_conn, "SELECT count(*) FROM stats") == 1
+    execute(pg_conn, "INSERT INTO orders VALUES (1, NULL), (2, 4)")
+    refresh_and_check(pg_conn, "stats", sql, refresh_mode="differential")
+    execute(pg_conn, "DELETE FROM orders")
+    refresh_and_check(pg_conn, "stats", sql, refresh_mode="differential")
+    # One row, count 0, SUM and AVG NULL: exactly what the query returns over an empty table.
+    assert value(pg_conn, "SELECT row(n, total, mean, n_amount)::text FROM stats") == "(0,,,0)"
