@@ -297,3 +297,33 @@ def test_writers_are_not_blocked_by_a_refresh(pg_conn: Any, pg_dsn: str) -> None
     assert results[0].action == "DIFFERENTIAL"
     for name, sql in STREAMS.items():
         refresh_and_check(pg_conn, name, sql, "after writes during a refresh")
+
+
+def test_a_new_stream_table_keeps_changes_another_consumer_cleans_up(pg_conn: Any, pg_dsn: str) -> None:
+    """A stream table being created shares the buffer before its registration commits: another
+    consumer's cleanup must not delete rows committed after the new table's snapshot."""
+    _setup(pg_conn)
+    # A plain table under the new stream table's name: its build stops at DROP TABLE while locked,
+    # after it took its snapshot.
+    execute(pg_conn, "CREATE TABLE new_totals (x int)")
+    new_sql = "SELECT customer, COUNT(*) AS n, SUM(amount) AS s FROM orders GROUP BY customer"
+
+    def meanwhile() -> None:
+        execute(
+            pg_conn,
+            "INSERT INTO orders VALUES (900, 1, 'late', 1); UPDATE orders SET amount = 77 WHERE id = 1",
+        )
+        for name, sql in STREAMS.items():  # every other consumer catches up, then cleans up
+            refresh(pg_conn, name, sql)
+
+    results = _run_blocked(
+        pg_conn,
+        pg_dsn,
+        ["new_totals"],
+        [lambda c: refresh(c, "new_totals", new_sql)],
+        mode="ACCESS EXCLUSIVE",
+        while_blocked=meanwhile,
+    )
+    assert results[0].action == "REBUILD"
+    result = refresh_and_check(pg_conn, "new_totals", new_sql, "changes made while it was being built")
+    assert result.action == "DIFFERENTIAL"

@@ -10,6 +10,9 @@ forces the next refresh of every consumer to be FULL.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.sqltext import SEQ, WEIGHT, lit, q, qn
@@ -189,8 +192,31 @@ def pending_stats_sql(catalog: str, table: TableInfo, frontier: str) -> str:
     )
 
 
+def _pin_key(table: TableInfo) -> str:
+    return f"dbt_ivm buffer {table.qualified}"
+
+
+@contextmanager
+def pinned(db: Db, tables: Sequence[TableInfo]) -> Iterator[None]:
+    """Keep cleanup off these sources' buffers while a new consumer takes its snapshot and registers.
+
+    Its frontier is not visible to other consumers' cleanup until it commits; rows committed after
+    its snapshot would otherwise be deleted before it can read them.
+    """
+    keys = sorted(_pin_key(t) for t in tables)
+    for key in keys:
+        db.execute("SELECT pg_advisory_lock_shared(hashtext(%s))", (key,))
+    try:
+        yield
+    finally:
+        for key in keys:
+            db.execute("SELECT pg_advisory_unlock_shared(hashtext(%s))", (key,))
+
+
 def cleanup(db: Db, catalog: str, table: TableInfo) -> int:
     """Delete buffer rows that every consuming stream table's frontier already covers."""
+    if not db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (_pin_key(table),)):
+        return 0  # a stream table over this source is being created: clean up next time
     return db.execute(
         f"DELETE FROM {qn(catalog, buffer_name(table))} AS b WHERE NOT EXISTS ("
         f"SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE %s = ANY (s.sources) AND ("

@@ -205,9 +205,10 @@ def _install_capture(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
 
 
 def _build(db: Db, spec: StreamTableSpec, sql: str, action: str, reason: str) -> RefreshResult:
-    _install_capture(db, spec, sql)
+    installed = _install_capture(db, spec, sql)
     relation = _relation(spec)
-    with db.transaction("REPEATABLE READ"):
+    # Until this registration commits, other consumers' cleanup must not delete rows this snapshot lacks.
+    with capture.pinned(db, installed.sources), db.transaction("REPEATABLE READ"):
         compiled = compile_query(db, spec, sql)
         db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(spec.schema)}")
         dropped_triggers = user_triggers.find_existing(db, relation)
