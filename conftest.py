@@ -1,14 +1,16 @@
 """Shared pytest options and fixtures: which backends run, and one PostgreSQL server per session.
 
-    pytest --backend postgres          # only PostgreSQL tests (engine + dbt)
-    pytest --backend spark             # only Spark tests
-    pytest --pg-bin /usr/lib/postgresql/15/bin   # run the PostgreSQL tests on another server build
+pytest --backend postgres          # only PostgreSQL tests (engine + dbt)
+pytest --backend spark             # only Spark tests
+pytest --pg-bin /usr/lib/postgresql/15/bin   # run the PostgreSQL tests on another server build
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,14 +54,20 @@ def _pg_bin(config: pytest.Config) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def pg_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """One throwaway PostgreSQL cluster for the whole test session."""
+def pg_server(request: pytest.FixtureRequest) -> Iterator[object]:
+    """One throwaway PostgreSQL cluster for the whole test session (engine and dbt tests alike).
+
+    Not under pytest's temp root: pytest keeps that 0700, and under root the server runs as an
+    unprivileged user that could not reach its data directory there.
+    """
     from dbt_ivm.embedded import postgres_server
 
-    data_dir = Path(tmp_path_factory.mktemp("pg")) / "data"
-    server = postgres_server.start(data_dir, bin_dir=_pg_bin(request.config))
+    base = Path(tempfile.mkdtemp(prefix="dbt_ivm_tests_"))
+    base.chmod(0o755)
+    server = postgres_server.start(base / "data", bin_dir=_pg_bin(request.config))
     yield server
-    postgres_server.destroy(data_dir)
+    postgres_server.destroy(base / "data")
+    shutil.rmtree(base, ignore_errors=True)
 
 
 _db_numbers = itertools.count(1)

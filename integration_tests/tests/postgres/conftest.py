@@ -6,11 +6,7 @@ dbt-tests-adapter's fixtures (`project`, `adapter`, ...) are imported here rathe
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from argparse import Namespace
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,19 +47,3 @@ def dbt_profile_target(pg_server: Any, dbt_database: str) -> dict[str, Any]:
         "pass": "",
         "dbname": dbt_database,
     }
-
-
-@pytest.fixture(scope="session")
-def pg_server(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """The session's server, outside pytest's temp root (see tests/conftest.py: pytest keeps that 0700,
-    and the server, run under root as an unprivileged user whose group is root's, cannot reach it)."""
-    from dbt_ivm.embedded import postgres_server
-
-    value = str(request.config.getoption("--pg-bin") or "")
-    bin_dir = PG15_BIN if value == "15" else (value or None)
-    base = Path(tempfile.mkdtemp(prefix="dbt_ivm_functional_"))
-    base.chmod(0o755)
-    server = postgres_server.start(base / "data", bin_dir=bin_dir)
-    yield server
-    postgres_server.destroy(base / "data")
-    shutil.rmtree(base, ignore_errors=True)
