@@ -125,7 +125,7 @@ def _writer(dsn: str, worker: int, stop: threading.Event, errors: list[BaseExcep
     """Random single-statement and multi-statement transactions on this worker's own order ids."""
     rng = random.Random(worker)
     conn = connect(dsn)
-    base = 1000 * (worker + 1)
+    base = 1_000_000 * (worker + 1)  # disjoint id ranges per worker
     next_id = base
     try:
         while not stop.is_set():
