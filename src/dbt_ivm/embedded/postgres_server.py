@@ -97,9 +97,13 @@ def _free_port() -> int:
 
 
 def _pg(bin_dir: Path, program: str, args: list[str], user: str | None, timeout: float = 60) -> None:
+    # Run with the service user's own group too: keeping root's group would lock it out of 0700 parents.
+    group = pwd.getpwnam(user).pw_gid if user is not None else None
     result = subprocess.run(
         [str(bin_dir / program), *args],
         user=user,
+        group=group,
+        extra_groups=[] if user is not None else None,
         capture_output=True,
         text=True,
         timeout=timeout,
