@@ -1,0 +1,3 @@
+from dbt_ivm import __version__ as version
+
+__all__ = ["version"]

@@ -1,0 +1,173 @@
+"""`IvmSparkAdapter`: dbt-spark, on the embedded Spark + Iceberg session for `method: session`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from dbt.adapters.base.meta import available
+from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
+from dbt.adapters.contracts.relation import RelationConfig, RelationType
+from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.ivm_spark.connections import (
+    ADAPTER_TYPE,
+    IvmSessionConnectionWrapper,
+    IvmSparkConnectionManager,
+)
+from dbt.adapters.spark.connections import SparkConnectionMethod
+from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt_ivm.errors import IvmError
+from dbt_ivm.spark.executor import SparkExecutor
+
+if TYPE_CHECKING:
+    import agate
+    from pyspark.sql import SparkSession
+
+logger = AdapterLogger("IvmSpark")
+
+# Bookkeeping columns the engine adds to stream tables; dbt docs never show them.
+HIDDEN_COLUMN_PREFIX = "__ivm_"
+# An Iceberg table in a Hive metastore (Iceberg's SparkSessionCatalog): `SHOW TABLE EXTENDED` calls
+# its provider "hive"; its metastore parameters say what it is. Views say ICEBERG-VIEW.
+ICEBERG_TABLE_PARAMETER = re.compile(r"\btable_type=ICEBERG(?=[,\]\s])", re.IGNORECASE)
+
+
+DEFAULT_FILE_FORMAT = "iceberg"
+
+
+@dataclass
+class IvmSparkConfig(SparkConfig):
+    """dbt-spark's model configs; `file_format` defaults to iceberg instead of parquet.
+
+    dbt-spark decides on the configured file_format, not on the table: with `iceberg` a table model
+    is replaced atomically (CREATE OR REPLACE keeps the Iceberg table and its history) instead of
+    dropped and re-created, `merge` incremental models and snapshots work.
+    """
+
+    file_format: str = DEFAULT_FILE_FORMAT
+
+    @classmethod
+    def _merge_dicts(cls, src: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        # dbt builds a node's config by merging each config layer (project, properties, config()
+        # call) through this method; the first layer that leaves file_format unset gets the default,
+        # and any layer that sets it still wins.
+        merged: dict[str, Any] = super()._merge_dicts(src, data)
+        if src.get("file_format") is None and merged.get("file_format") is None:
+            merged["file_format"] = DEFAULT_FILE_FORMAT
+        return merged
+
+
+class IvmSparkAdapter(SparkAdapter):
+    ConnectionManager = IvmSparkConnectionManager
+    connections: IvmSparkConnectionManager
+    AdapterSpecificConfigs = IvmSparkConfig
+
+    @classmethod
+    def type(cls) -> str:
+        return ADAPTER_TYPE
+
+    @classmethod
+    def get_adapter_run_info(cls, config: RelationConfig) -> AdapterTrackingRelationInfo:
+        # The base class derives `dbt.adapters.ivmspark` from the class name; that module does not exist.
+        return AdapterTrackingRelationInfo(  # type: ignore[abstract]
+            adapter_name=ADAPTER_TYPE,
+            base_adapter_version=import_module("dbt.adapters.__about__").version,
+            adapter_version=import_module("dbt.adapters.ivm_spark.__version__").version,
+            model_adapter_details=cls._get_adapter_specific_run_info(config),
+        )
+
+    @classmethod
+    def _get_adapter_specific_run_info(cls, config: RelationConfig) -> dict[str, Any]:
+        details = super()._get_adapter_specific_run_info(config)
+        details["adapter_type"] = ADAPTER_TYPE
+        return details
+
+    def _build_spark_relation_list(
+        self,
+        row_list: agate.Table,
+        relation_info_func: Callable[[agate.Row], tuple[str, str, str]],
+    ) -> list[BaseRelation]:
+        """dbt-spark's relations, with Iceberg tables of a Hive-backed catalog marked as Iceberg (so
+        table models are replaced atomically with CREATE OR REPLACE, as dbt-spark does for Iceberg)."""
+        relations = super()._build_spark_relation_list(row_list, relation_info_func)
+        return [
+            relation.incorporate(is_iceberg=True)  # type: ignore[no-untyped-call]
+            if relation.type == RelationType.Table
+            and not getattr(relation, "is_iceberg", False)
+            and ICEBERG_TABLE_PARAMETER.search(getattr(relation, "information", None) or "")
+            else relation
+            for relation in relations
+        ]
+
+    def _get_columns_for_catalog(self, relation: BaseRelation) -> Iterable[dict[str, Any]]:
+        for column in super()._get_columns_for_catalog(relation):
+            if not str(column.get("column_name") or "").startswith(HIDDEN_COLUMN_PREFIX):
+                yield column
+
+    # -- for the engine (method: session) -------------------------------------------------------
+
+    def spark_session(self) -> SparkSession:
+        """The SparkSession this adapter's connection runs on (`method: session` only)."""
+        connection = self.connections.get_thread_connection()
+        if connection.state != "open":
+            connection = self.connections.open(connection)
+        handle = connection.handle
+        if not isinstance(handle, IvmSessionConnectionWrapper):
+            raise DbtRuntimeError(
+                f"stream tables on Spark need `method: session` in the {ADAPTER_TYPE} profile "
+                f"(this profile uses method: {connection.credentials.method})"
+            )
+        session: SparkSession = handle.spark
+        return session
+
+    def spark_executor(self) -> SparkExecutor:
+        """A SQL executor on this adapter's SparkSession (`method: session` only)."""
+        return SparkExecutor(self.spark_session())
+
+    # -- calls from the stream_table materialization (macros/adapters/ivm_spark.sql) -------------
+    # Thin glue to the engine's Spark runner (dbt_ivm.spark.runner), mirroring ivm_postgres.
+
+    @available.parse(lambda *args, **kwargs: {})
+    def ivm_run_stream_table(
+        self,
+        relation: BaseRelation,
+        sql: str,
+        config: dict[str, Any],
+        full_refresh: bool,
+        model_name: str,
+    ) -> dict[str, Any]:
+        """Create or refresh one stream table with the engine; the result's fields for Jinja."""
+        from dbt.adapters.ivm_postgres.stream_table_config import build_spec, result_fields
+
+        from dbt_ivm.spark.runner import run_stream_table
+
+        spec = build_spec(relation, sql, config, full_refresh, model_name)
+        try:
+            result = run_stream_table(self.spark_session(), spec)
+        except IvmError as exc:
+            message = str(exc)
+            if model_name not in message:
+                message = f"stream table model {model_name}: {message}"
+            raise DbtRuntimeError(message) from exc
+        logger.debug(f"stream table {relation}: {result.summary()}")
+        for warning in result.warnings:
+            logger.warning(f"stream table model {model_name}: {warning}")
+        return result_fields(result)
+
+    @available.parse(lambda *args, **kwargs: "")
+    def ivm_forget_stream_table(self, relation: BaseRelation, catalog_schema: str) -> str:
+        """dbt is dropping or renaming `relation`: the engine forgets it as a stream table."""
+        if relation.schema is None or relation.identifier is None:
+            return ""
+        credentials = self.config.credentials
+        if getattr(credentials, "method", None) != SparkConnectionMethod.SESSION:
+            return ""  # stream tables live on the embedded session only
+        from dbt_ivm.spark.runner import drop_stream_table
+
+        drop_stream_table(self.spark_session(), relation.schema, relation.identifier, catalog_schema)
+        return ""

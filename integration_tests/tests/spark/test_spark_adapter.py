@@ -1,0 +1,113 @@
+"""The `ivm_spark` adapter itself: plugin wiring, credentials, file_format iceberg by default (seeds,
+tables, incremental merge), atomic table replacement, views that follow their SQL, hidden
+bookkeeping columns in docs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dbt.adapters.ivm_spark import IvmSparkAdapter, IvmSparkCredentials, Plugin
+from dbt.include import ivm
+from dbt.tests.util import run_dbt, write_file
+
+from dbt_ivm.spark.iceberg import current_version
+
+pytestmark = pytest.mark.spark
+
+
+def test_plugin_wiring() -> None:
+    assert Plugin.adapter is IvmSparkAdapter
+    assert Plugin.credentials is IvmSparkCredentials
+    assert Plugin.dependencies == ["spark"]
+    assert Path(Plugin.include_path) == Path(ivm.PACKAGE_PATH)  # type: ignore[attr-defined]
+    assert IvmSparkAdapter.type() == "ivm_spark"
+    assert IvmSparkAdapter.ConnectionManager.TYPE == "ivm_spark"
+    info = IvmSparkAdapter.get_adapter_run_info(None)  # type: ignore[arg-type]
+    assert info.adapter_name == "ivm_spark" and info.adapter_version
+
+
+def test_session_credentials_need_no_host(tmp_path: Path) -> None:
+    credentials = IvmSparkCredentials.from_dict(
+        {"method": "session", "schema": "analytics", "warehouse": str(tmp_path), "master": "local[3]"}
+    )
+    assert credentials.type == "ivm_spark"
+    settings = credentials.session_settings()
+    assert (settings.warehouse_path(), settings.master) == (tmp_path.resolve(), "local[3]")
+    assert settings.conf["spark.sql.ansi.enabled"] == "false"  # dbt-spark's server-side default
+    assert "warehouse" in credentials._connection_keys()
+
+
+SEED = "id,name\n1,alice\n2,bob\n"
+TABLE_MODEL = "select id, name, 1 as {{ 'generation' }} from {{ ref('people') }}"
+VIEW_MODEL = "select id from {{ ref('people_table') }} where id = 1"
+INCREMENTAL_MODEL = """
+{{ config(materialized='incremental', unique_key='id', incremental_strategy='merge') }}
+select id, name from {{ ref('people') }}
+"""
+HIDDEN_MODEL = "{{ config(materialized='table') }} select 1 as id, 7 as __ivm_weight"
+PARQUET_MODEL = "{{ config(materialized='table', file_format='parquet') }} select 1 as id"
+
+
+class TestIcebergByDefault:
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"people.csv": SEED}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {
+            "people_table.sql": "{{ config(materialized='table') }} " + TABLE_MODEL,
+            "people_view.sql": VIEW_MODEL,
+            "people_incremental.sql": INCREMENTAL_MODEL,
+            "hidden.sql": HIDDEN_MODEL,
+            "people_parquet.sql": PARQUET_MODEL,
+        }
+
+    def describe(self, project: Any, name: str) -> dict[str, str]:
+        rows = project.run_sql(f"describe table extended {project.test_schema}.{name}", fetch="all")
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    def test_seeds_tables_and_views(self, project: Any, spark: Any) -> None:
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        for name in ("people", "people_table", "people_incremental", "hidden"):
+            assert self.describe(project, name)["Provider"] == "iceberg", name
+        assert self.describe(project, "people_view")["Type"] == "VIEW"
+        assert self.describe(project, "people_parquet")["Provider"] == "parquet"  # explicit config wins
+        schema = project.adapter.Relation.create(schema=project.test_schema).without_identifier()
+        with project.adapter.connection_named("_check"):
+            listed = project.adapter.list_relations_without_caching(schema)  # what a run starts from
+        by_name = {r.identifier: r for r in listed}
+        assert by_name["people_table"].is_iceberg and by_name["people"].is_iceberg
+        assert by_name["people_view"].is_view and not by_name["people_view"].is_iceberg
+
+        # A table model is replaced in place (CREATE OR REPLACE): the same Iceberg table, new snapshot.
+        table = f"{project.test_schema}.people_table"
+        before = current_version(spark, table)
+        run_dbt(["run", "--select", "people_table"])
+        after = current_version(spark, table)
+        assert after.table_uuid == before.table_uuid and after.snapshot_id != before.snapshot_id
+
+        # A view model whose SQL changed shows the new SQL.
+        assert project.run_sql(f"select id from {project.test_schema}.people_view", fetch="all") == [(1,)]
+        write_file(VIEW_MODEL.replace("id = 1", "id = 2"), project.project_root, "models", "people_view.sql")
+        run_dbt(["run", "--select", "people_view"])
+        assert project.run_sql(f"select id from {project.test_schema}.people_view", fetch="all") == [(2,)]
+
+        # Incremental merge (file_format iceberg by default): a second run upserts, no duplicates.
+        run_dbt(["run", "--select", "people_incremental"])
+        count = project.run_sql(f"select count(*) from {project.test_schema}.people_incremental", fetch="one")
+        assert count[0] == 2
+
+    def test_docs_hide_bookkeeping_columns(self, project: Any) -> None:
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        run_dbt(["docs", "generate"])
+        catalog = json.loads((Path(project.project_root) / "target" / "catalog.json").read_text())
+        nodes = {key.split(".")[-1]: node for key, node in catalog["nodes"].items()}
+        assert list(nodes["hidden"]["columns"]) == ["id"]
+        assert set(nodes["people_table"]["columns"]) == {"id", "name", "generation"}
+        assert nodes["people_view"]["metadata"]["type"] == "view"

@@ -1,0 +1,243 @@
+"""An Iceberg table's raw changes between two snapshots, as a Z-set change relation.
+
+    change = create_change_view(spark, "sales.orders", "orders_changes", start_snapshot_id=frontier)
+    if change.needs_full_refresh:
+        ...  # change.reason says why
+
+The view has the table's columns plus
+
+* ``__ivm_weight`` INT: +1 for a row image that appeared (INSERT, UPDATE_AFTER), −1 for one that
+  went away (DELETE, UPDATE_BEFORE);
+* ``__ivm_seq`` BIGINT: the order of the changes, ``2 * changelog ordinal + (1 for +1, 0 for −1)``:
+  commits in order, and within one commit the −1 images before the +1 images.
+
+The range is exclusive of the start snapshot and inclusive of the end snapshot. Three ways to get
+it, tried in this order:
+
+``changelog``
+    Iceberg's ``create_changelog_view`` procedure (carry-over rows of copy-on-write rewrites are
+    removed): needs the start snapshot to be an ancestor of the end snapshot and no delete files.
+``snapshot_diff``
+    Both snapshots are still readable, but the changelog cannot serve (merge-on-read delete files,
+    the table was replaced by ``CREATE OR REPLACE``, a snapshot in between expired, or there is no
+    start snapshot): ``new EXCEPT ALL old`` with +1, ``old EXCEPT ALL new`` with −1.
+``full_refresh``
+    The start state is gone (expired snapshot, the table was dropped and re-created), the schema
+    changed, or the relation is not an Iceberg table: no view is created; recompute from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from dbt_ivm.spark.iceberg import (
+    NotAnIcebergTable,
+    Snapshot,
+    TableName,
+    columns_at,
+    current_version,
+    name_parts,
+    quote_identifier,
+    quoted_name,
+    snapshots,
+    snapshots_after,
+    sql_string,
+    state_sql,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+WEIGHT = "__ivm_weight"
+SEQ = "__ivm_seq"
+ChangePath = Literal["changelog", "snapshot_diff", "full_refresh"]
+# Changelog rows whose image went away.
+REMOVED_CHANGE_TYPES = ("DELETE", "UPDATE_BEFORE")
+
+
+@dataclass(frozen=True)
+class ChangeView:
+    """What `create_change_view` did: which path, the temp view it made (None on full_refresh), the
+    snapshot range, and why it did not use the changelog."""
+
+    path: ChangePath
+    view: str | None
+    table: str
+    start_snapshot_id: int | None
+    end_snapshot_id: int | None
+    columns: tuple[str, ...] = ()
+    reason: str | None = None
+
+    @property
+    def needs_full_refresh(self) -> bool:
+        return self.path == "full_refresh"
+
+
+def create_change_view(
+    spark: SparkSession,
+    table: TableName,
+    view_name: str,
+    start_snapshot_id: int | None,
+    end_snapshot_id: int | None = None,
+    expected_table_uuid: str | None = None,
+) -> ChangeView:
+    """Create the session temp view `view_name` of `table`'s changes after `start_snapshot_id` up to
+    `end_snapshot_id` (default: the current snapshot).
+
+    `start_snapshot_id` None means the table had no snapshot at the start: every row at the end is an
+    insert. `expected_table_uuid` (recorded with the start snapshot) detects a table that was dropped
+    and re-created under the same name.
+    """
+    label = ".".join(name_parts(table))
+
+    def full(reason: str, end: int | None = end_snapshot_id) -> ChangeView:
+        return ChangeView("full_refresh", None, label, start_snapshot_id, end, reason=reason)
+
+    try:
+        version = current_version(spark, table)
+    except NotAnIcebergTable as error:
+        return full(f"{error}: it keeps no change history")
+    if expected_table_uuid is not None and version.table_uuid != expected_table_uuid:
+        return full(
+            f"{label} was dropped and re-created (table uuid {expected_table_uuid} is now {version.table_uuid})"
+        )
+    end = version.snapshot_id if end_snapshot_id is None else end_snapshot_id
+    history = snapshots(spark, table)
+    if end is None:
+        if start_snapshot_id is None:  # never written: nothing changed
+            columns = tuple(name for name, _ in columns_at(spark, table, None))
+            _create_empty_view(spark, table, view_name, columns)
+            return ChangeView("changelog", view_name, label, None, None, columns)
+        return full(f"{label} has no current snapshot", end)
+    if end not in history:
+        return full(f"snapshot {end} of {label} does not exist (expired?)", end)
+    end_columns = columns_at(spark, table, end)
+    columns = tuple(name for name, _ in end_columns)
+    if start_snapshot_id is None:
+        _create_diff_view(spark, table, view_name, columns, None, end)
+        return ChangeView(
+            "snapshot_diff",
+            view_name,
+            label,
+            None,
+            end,
+            columns,
+            reason=f"{label} had no snapshot at the start: every row of snapshot {end} is new",
+        )
+    if start_snapshot_id not in history:
+        return full(
+            f"snapshot {start_snapshot_id} of {label} is no longer in its history "
+            "(expired, or the table was replaced)",
+            end,
+        )
+    start_columns = columns_at(spark, table, start_snapshot_id)
+    if start_columns != end_columns:
+        return full(f"the columns of {label} changed between snapshots {start_snapshot_id} and {end}", end)
+    chain = snapshots_after(history, start_snapshot_id, end)
+    reason = _why_not_changelog(label, start_snapshot_id, end, chain)
+    if reason is None:
+        try:
+            _create_changelog_view(spark, table, view_name, columns, start_snapshot_id, end)
+        except Exception as error:  # an Iceberg limitation the checks above did not foresee
+            reason = f"Iceberg's changelog failed: {str(error).strip().splitlines()[0][:300]}"
+        else:
+            return ChangeView("changelog", view_name, label, start_snapshot_id, end, columns)
+    _create_diff_view(spark, table, view_name, columns, start_snapshot_id, end)
+    return ChangeView("snapshot_diff", view_name, label, start_snapshot_id, end, columns, reason)
+
+
+def _why_not_changelog(label: str, start: int, end: int, chain: list[Snapshot] | None) -> str | None:
+    if chain is None:
+        return (
+            f"snapshot {start} is not an ancestor of snapshot {end} of {label} (the table was "
+            "replaced or rolled back, or a snapshot in between expired)"
+        )
+    with_deletes = [s.snapshot_id for s in chain if s.has_delete_files]
+    if with_deletes:
+        return (
+            f"{label} has merge-on-read delete files (snapshot {with_deletes[0]}), which Iceberg's "
+            "changelog cannot read"
+        )
+    return None
+
+
+def _procedure_target(spark: SparkSession, table: TableName) -> tuple[str, str]:
+    """(catalog, table within it) for a CALL of an Iceberg procedure."""
+    parts = name_parts(table)
+    if len(parts) >= 3:
+        return parts[0], ".".join(quote_identifier(p) for p in parts[1:])
+    return str(spark.catalog.currentCatalog()), quoted_name(parts)
+
+
+def _changelog_view_name(view_name: str) -> str:
+    """The procedure's own view: a plain identifier (it takes no quoting), unique per `view_name`."""
+    plain = re.sub(r"\W", "_", view_name)
+    return f"{plain}__changelog_{hashlib.sha1(view_name.encode()).hexdigest()[:8]}"
+
+
+def _create_changelog_view(
+    spark: SparkSession,
+    table: TableName,
+    view_name: str,
+    columns: tuple[str, ...],
+    start: int,
+    end: int,
+) -> None:
+    if start == end:  # Iceberg rejects an empty range
+        _create_empty_view(spark, table, view_name, columns)
+        return
+    catalog, target = _procedure_target(spark, table)
+    raw_view = _changelog_view_name(view_name)
+    spark.sql(
+        f"CALL {quote_identifier(catalog)}.system.create_changelog_view("
+        f"table => {sql_string(target)}, "
+        f"options => map('start-snapshot-id', '{int(start)}', 'end-snapshot-id', '{int(end)}'), "
+        f"changelog_view => {sql_string(raw_view)})"
+    )
+    removed = ", ".join(f"'{t}'" for t in REMOVED_CHANGE_TYPES)
+    selected = ", ".join(quote_identifier(c) for c in columns)
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW {quote_identifier(view_name)} AS "
+        f"SELECT {selected}, "
+        f"CAST(CASE WHEN `_change_type` IN ({removed}) THEN -1 ELSE 1 END AS INT) AS {quote_identifier(WEIGHT)}, "
+        f"CAST(`_change_ordinal` AS BIGINT) * 2 + CASE WHEN `_change_type` IN ({removed}) THEN 0 ELSE 1 END "
+        f"AS {quote_identifier(SEQ)} "
+        f"FROM {quote_identifier(raw_view)}"
+    )
+
+
+def _create_empty_view(
+    spark: SparkSession, table: TableName, view_name: str, columns: tuple[str, ...]
+) -> None:
+    selected = ", ".join(quote_identifier(c) for c in columns)
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW {quote_identifier(view_name)} AS "
+        f"SELECT {selected}, CAST(1 AS INT) AS {quote_identifier(WEIGHT)}, "
+        f"CAST(0 AS BIGINT) AS {quote_identifier(SEQ)} FROM ({state_sql(table, None, columns)}) AS `__ivm_none`"
+    )
+
+
+def _create_diff_view(
+    spark: SparkSession,
+    table: TableName,
+    view_name: str,
+    columns: tuple[str, ...],
+    start: int | None,
+    end: int | None,
+) -> None:
+    """Changes as the difference of two time-travel reads (a start of None is the empty table)."""
+    selected = ", ".join(quote_identifier(c) for c in columns)
+    before = state_sql(table, start, columns)
+    after = state_sql(table, end, columns)
+    weight, seq = quote_identifier(WEIGHT), quote_identifier(SEQ)
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW {quote_identifier(view_name)} AS "
+        f"SELECT {selected}, CAST(-1 AS INT) AS {weight}, CAST(0 AS BIGINT) AS {seq} "
+        f"FROM ({before} EXCEPT ALL {after}) AS `__ivm_removed` "
+        f"UNION ALL "
+        f"SELECT {selected}, CAST(1 AS INT) AS {weight}, CAST(1 AS BIGINT) AS {seq} "
+        f"FROM ({after} EXCEPT ALL {before}) AS `__ivm_added`"
+    )

@@ -1,0 +1,186 @@
+"""Iceberg table metadata and time travel, in PySpark and Spark SQL.
+
+A table is named by its parts (``("sales", "orders")``, or with a catalog first), or by a dotted
+string whose parts contain no dots (``"sales.orders"``). Every identifier this module writes into SQL
+is backtick-quoted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from dbt_ivm.errors import IvmError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+TableName = str | Sequence[str]
+
+# Snapshot summary counters that mean "this snapshot has delete files" (merge-on-read).
+DELETE_FILE_COUNTERS = ("total-delete-files", "added-delete-files", "removed-delete-files")
+
+
+class NotAnIcebergTable(IvmError):
+    """The relation exists but is not an Iceberg table (a view, a Parquet or Hive table, ...)."""
+
+
+def name_parts(table: TableName) -> tuple[str, ...]:
+    parts = tuple(table.split(".")) if isinstance(table, str) else tuple(table)
+    if not parts or any(not p for p in parts):
+        raise ValueError(f"not a table name: {table!r}")
+    return parts
+
+
+def quote_identifier(part: str) -> str:
+    return "`" + part.replace("`", "``") + "`"
+
+
+def quoted_name(table: TableName) -> str:
+    """`schema`.`table` (or `catalog`.`schema`.`table`)."""
+    return ".".join(quote_identifier(p) for p in name_parts(table))
+
+
+def sql_string(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class TableVersion:
+    """Which table (its uuid survives renames, changes when it is dropped and re-created) and which
+    of its snapshots. ``snapshot_id`` is None while nothing was ever committed to the table."""
+
+    table_uuid: str
+    snapshot_id: int | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    snapshot_id: int
+    parent_id: int | None
+    operation: str | None
+    committed_at: datetime | None
+    summary: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def has_delete_files(self) -> bool:
+        """Delete files are live in (or were added or removed by) this snapshot: merge-on-read."""
+        return any(_count(self.summary.get(k)) > 0 for k in DELETE_FILE_COUNTERS)
+
+
+def _count(value: str | None) -> int:
+    try:
+        return int(value) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def _load_iceberg_table(spark: SparkSession, table: TableName) -> Any:
+    """Iceberg's Java Table object, freshly loaded (another process may have committed)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    name = quoted_name(table)
+    try:
+        loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+    except Exception as error:
+        text = str(error)
+        if "is not an Iceberg table" in text or "not an Iceberg table" in text.lower():
+            raise NotAnIcebergTable(f"{'.'.join(name_parts(table))} is not an Iceberg table") from error
+        raise
+    loaded.refresh()
+    return loaded
+
+
+def is_iceberg_table(spark: SparkSession, table: TableName) -> bool:
+    """Whether `table` exists and is an Iceberg table."""
+    if not spark.catalog.tableExists(quoted_name(table)):
+        return False
+    try:
+        _load_iceberg_table(spark, table)
+    except NotAnIcebergTable:
+        return False
+    return True
+
+
+def current_version(spark: SparkSession, table: TableName) -> TableVersion:
+    """The table's uuid and current snapshot id, read together from its latest metadata."""
+    loaded = _load_iceberg_table(spark, table)
+    snapshot = loaded.currentSnapshot()
+    return TableVersion(
+        table_uuid=str(loaded.uuid().toString()),
+        snapshot_id=None if snapshot is None else int(snapshot.snapshotId()),
+    )
+
+
+def current_snapshot_id(spark: SparkSession, table: TableName) -> int | None:
+    """The table's current snapshot id; None while nothing was ever committed."""
+    return current_version(spark, table).snapshot_id
+
+
+def snapshots(spark: SparkSession, table: TableName) -> dict[int, Snapshot]:
+    """Every snapshot still in the table's metadata (expired ones are gone), by id."""
+    rows = spark.sql(
+        "SELECT snapshot_id, parent_id, operation, committed_at, summary "
+        f"FROM {quoted_name(table)}.`snapshots`"
+    ).collect()
+    found: dict[int, Snapshot] = {}
+    for snapshot_id, parent_id, operation, committed_at, summary in rows:
+        found[int(snapshot_id)] = Snapshot(
+            snapshot_id=int(snapshot_id),
+            parent_id=None if parent_id is None else int(parent_id),
+            operation=operation,
+            committed_at=committed_at,
+            summary=dict(summary or {}),
+        )
+    return found
+
+
+def snapshots_after(known: Mapping[int, Snapshot], start: int, end: int) -> list[Snapshot] | None:
+    """The snapshots after `start` up to and including `end`, oldest first, following parent links
+    back from `end`; None when `start` is not an ancestor of `end` (the table was replaced or rolled
+    back, or a snapshot in between expired). Empty when start == end."""
+    chain: list[Snapshot] = []
+    current: int | None = end
+    while current is not None and current != start:
+        snapshot = known.get(current)
+        if snapshot is None:
+            return None
+        chain.append(snapshot)
+        current = snapshot.parent_id
+    if current is None:
+        return None
+    chain.reverse()
+    return chain
+
+
+def columns_at(spark: SparkSession, table: TableName, snapshot_id: int | None) -> list[tuple[str, str]]:
+    """(name, type) of the table's columns as of a snapshot (the current schema when None)."""
+    version = "" if snapshot_id is None else f" VERSION AS OF {int(snapshot_id)}"
+    fields = spark.sql(f"SELECT * FROM {quoted_name(table)}{version}").schema.fields
+    return [(f.name, f.dataType.simpleString()) for f in fields]
+
+
+def state_sql(table: TableName, snapshot_id: int | None, columns: Sequence[str] | None = None) -> str:
+    """A SELECT of the table's rows as of a snapshot; no rows when `snapshot_id` is None (the table
+    before its first commit)."""
+    selected = "*" if columns is None else ", ".join(quote_identifier(c) for c in columns)
+    if snapshot_id is None:
+        return f"SELECT {selected} FROM {quoted_name(table)} WHERE false"
+    return f"SELECT {selected} FROM {quoted_name(table)} VERSION AS OF {int(snapshot_id)}"
+
+
+def create_state_view(
+    spark: SparkSession,
+    table: TableName,
+    snapshot_id: int | None,
+    view_name: str,
+    columns: Sequence[str] | None = None,
+) -> None:
+    """A session temp view `view_name` of the table as of `snapshot_id` (time travel)."""
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW {quote_identifier(view_name)} AS "
+        + state_sql(table, snapshot_id, columns)
+    )
