@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -58,6 +59,25 @@ QUERIES = {"customer_totals": CUSTOMER_TOTALS, "order_details": ORDER_DETAILS}
 # AUTO would fall back to FULL above this fraction of the source; far out of reach, so DIFF is measured.
 NO_FALLBACK = 1e9
 BATCH_SIZES = (1, 1_000, 100_000)
+
+
+def engine_version() -> str:
+    """The checkout's commit, flagged when src/ has uncommitted changes (results depend on both)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "src"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + (" + uncommitted changes in src/" if dirty else "")
 
 
 def log(message: str) -> None:
@@ -578,7 +598,8 @@ def main() -> None:
     data_dir = Path(args.data_dir + ("_durable" if args.durable else ""))
     server = start_server(data_dir, args.pg_bin, fast=not args.durable)
     machine = machine_description(server)
-    log(machine)
+    engine = engine_version()
+    log(f"{machine}; engine {engine}")
     started = time.perf_counter()
     scales: list[ScaleResult] = []
     captures: list[CaptureResult] = []
@@ -598,7 +619,7 @@ def main() -> None:
             postgres_server.stop(data_dir)
     elapsed = time.perf_counter() - started
 
-    print(f"Machine: {machine}\n")
+    print(f"Machine: {machine}\n\nEngine: git {engine}\n")
     print(f"Total run time: {elapsed / 60:.1f} min; DIFFERENTIAL: median of {repeats} batches.\n")
     if scales:
         print(setup_table(scales) + "\n")
@@ -610,6 +631,7 @@ def main() -> None:
     if args.json:
         payload = {
             "machine": machine,
+            "engine": engine,
             "scales": [
                 scale.__dict__ | {"refreshes": [r.__dict__ for r in scale.refreshes]} for scale in scales
             ],
