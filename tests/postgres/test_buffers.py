@@ -147,3 +147,30 @@ def test_buffers_get_no_more_privileges_than_their_source(shop: Any, pg_dsn: str
     for name, sql in STREAMS.items():
         refresh_and_check(shop, name, sql)
         assert_matches_query(shop, "public", name, sql)
+
+
+def test_buffer_reset_by_crash_recovery_forces_full_refresh(pg_conn: Any) -> None:
+    """Crash recovery empties UNLOGGED buffers; the missing sentinel turns that into a FULL refresh."""
+    from dbt_ivm.postgres.runner import run_stream_table
+    from dbt_ivm.spec import StreamTableSpec
+
+    cur = pg_conn.cursor()
+    cur.execute("CREATE TABLE t (id int PRIMARY KEY, g text, v int)")
+    cur.execute("INSERT INTO t VALUES (1, 'a', 1), (2, 'b', 2)")
+    spec = StreamTableSpec(
+        model="sums", schema="public", name="sums", sql="SELECT g, SUM(v) AS s FROM t GROUP BY g"
+    )
+    run_stream_table(pg_conn, spec)
+    cur.execute("INSERT INTO t VALUES (3, 'a', 5)")
+    # What crash recovery does to an unlogged table: it comes back empty, changes and sentinel alike.
+    cur.execute("SELECT buffer_table FROM dbt_ivm.change_buffers WHERE source = 'public.t'")
+    cur.execute(f'TRUNCATE dbt_ivm."{cur.fetchone()[0]}"')
+    result = run_stream_table(pg_conn, spec)
+    assert result.action == "FULL"
+    assert result.reason is not None and "installed" in result.reason
+    cur.execute("SELECT g, s FROM sums ORDER BY g")
+    assert cur.fetchall() == [("a", 6), ("b", 2)]
+    cur.execute("INSERT INTO t VALUES (4, 'b', 1)")
+    assert run_stream_table(pg_conn, spec).action == "DIFFERENTIAL"
+    cur.execute("SELECT g, s FROM sums ORDER BY g")
+    assert cur.fetchall() == [("a", 6), ("b", 3)]

@@ -3,9 +3,15 @@
 One buffer per source table, shared by every stream table reading it. Following one row:
 ``UPDATE orders SET amount = 59.99 WHERE id = 1`` fires the UPDATE trigger once for the statement;
 it appends the old image (weight −1) and then the new image (weight +1) to
-``dbt_ivm.changes_<oid>``, each stamped with the writer's ``pg_current_xact_id()`` — native column
-types, no JSON. TRUNCATE cannot list its rows, so its trigger appends a marker (weight 0) that
-forces the next refresh of every consumer to be FULL.
+``dbt_ivm.changes_<oid>``, both stamped with the writer's ``pg_current_xact_id()`` and one statement
+number (deletes sort before inserts within a statement) — native column types, no JSON. TRUNCATE
+cannot list its rows, so its trigger appends a marker (weight 0) that forces the next refresh of every
+consumer to be FULL.
+
+Buffers are UNLOGGED and unindexed, so capture costs little more than writing the rows once more. Crash
+recovery (or a failover) empties unlogged tables; each buffer therefore holds a sentinel row
+(weight 9) written at install. A buffer without its sentinel was reset: capture is reinstalled and
+every consumer's next refresh is FULL, so a lost change can never leave a stream table stale.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from dbt_ivm.postgres.db import Db
 from dbt_ivm.sqltext import SEQ, WEIGHT, lit, q, qn
 
 XID = "__ivm_xid"
+SENTINEL = 9  # weight of the row that proves a buffer was not reset by crash recovery
+STATEMENTS = "change_statements"  # sequence numbering captured statements, shared by all buffers
 TRIGGER_PREFIX = "__ivm_capture_"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
 # The source and, when it is partitioned, every partition below it (relid).
@@ -73,6 +81,10 @@ def installed(db: Db, catalog: str, table: TableInfo) -> bool:
     )
     if [(str(n), str(t)) for n, t in buffer_columns] != [(c.name, c.type) for c in table.columns]:
         return False
+    if not db.value(
+        f"SELECT EXISTS (SELECT 1 FROM {qn(catalog, buffer_name(table))} WHERE {q(WEIGHT)} = {SENTINEL})"
+    ):
+        return False  # reset by crash recovery or failover: changes may be missing
     # Four triggers on the source and on each of its partitions, and on nothing else (a detached one).
     complete = db.value(
         f"WITH targets AS ({TARGETS_SQL}), fn AS (SELECT to_regprocedure(%s) AS oid) "
@@ -104,25 +116,35 @@ def install(db: Db, catalog: str, table: TableInfo) -> None:
     db.execute(f"DROP TABLE IF EXISTS {buffer}")
     # Also removes this function's triggers from tables that are no longer partitions of the source.
     db.execute(f"DROP FUNCTION IF EXISTS {function}() CASCADE")
+    statements = qn(catalog, STATEMENTS)
+    db.execute(f"CREATE SEQUENCE IF NOT EXISTS {statements}")
     db.execute(
-        f"CREATE TABLE {buffer} ({q(SEQ)} bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-        f"{q(XID)} xid8 NOT NULL DEFAULT pg_current_xact_id(), {q(WEIGHT)} smallint NOT NULL"
-        f"{', ' + column_defs if column_defs else ''})"
+        f"CREATE UNLOGGED TABLE {buffer} ({q(SEQ)} bigint NOT NULL, {q(XID)} xid8 NOT NULL, "
+        f"{q(WEIGHT)} smallint NOT NULL{', ' + column_defs if column_defs else ''})"
     )
-    db.execute(f"CREATE INDEX ON {buffer} ({q(XID)})")
+    db.execute(
+        f"INSERT INTO {buffer} ({q(SEQ)}, {q(XID)}, {q(WEIGHT)}) VALUES (0, pg_current_xact_id(), {SENTINEL})"
+    )
     # Only the capture function (SECURITY DEFINER) writes the buffer: it gets no privileges of its own.
     db.execute(f"REVOKE ALL ON {buffer} FROM PUBLIC")
     names = ", ".join(q(c.name) for c in table.columns)
 
-    marker = f"INSERT INTO {buffer} ({q(WEIGHT)}) VALUES (0);"
+    stamp = f"{q(SEQ)}, {q(XID)}, {q(WEIGHT)}"
+    marker = f"INSERT INTO {buffer} ({stamp}) VALUES (statement_number, writer, 0);"
 
     def copy(weight: int, rows: str) -> str:
         values = ", ".join(f"r.{q(c.name)}" for c in table.columns)
-        return f"INSERT INTO {buffer} ({q(WEIGHT)}, {names}) SELECT {weight}, {values} FROM {q(rows)} AS r;"
+        return (
+            f"INSERT INTO {buffer} ({stamp}, {names}) "
+            f"SELECT statement_number, writer, {weight}, {values} FROM {q(rows)} AS r;"
+        )
 
     db.execute(
         f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
-        f"SET search_path = pg_catalog, pg_temp AS $ivm$\nBEGIN\n"
+        f"SET search_path = pg_catalog, pg_temp AS $ivm$\n"
+        # One number and one xid per statement, not per row: ordering needs no more, and it is cheaper.
+        f"DECLARE statement_number bigint := nextval({lit(statements)}); writer xid8 := pg_current_xact_id();\n"
+        f"BEGIN\n"
         f"  IF TG_OP = 'INSERT' THEN {copy(1, NEW_ROWS)}\n"
         f"  ELSIF TG_OP = 'UPDATE' THEN {copy(-1, OLD_ROWS)} {copy(1, NEW_ROWS)}\n"
         f"  ELSIF TG_OP = 'DELETE' THEN {copy(-1, OLD_ROWS)}\n"
@@ -180,7 +202,7 @@ def raw_changes_sql(catalog: str, table: TableInfo, frontier: str) -> str:
     frontier_sql = f"{lit(frontier)}::pg_snapshot"
     return (
         f"(SELECT {q(SEQ)}, {q(WEIGHT)}, {cols} FROM {qn(catalog, buffer_name(table))} "
-        f"WHERE {pending_filter(frontier_sql)} AND {q(WEIGHT)} <> 0)"
+        f"WHERE {pending_filter(frontier_sql)} AND {q(WEIGHT)} IN (-1, 1))"
     )
 
 
@@ -188,7 +210,7 @@ def pending_stats_sql(catalog: str, table: TableInfo, frontier: str) -> str:
     frontier_sql = f"{lit(frontier)}::pg_snapshot"
     return (
         f"SELECT count(*), COALESCE(bool_or({q(WEIGHT)} = 0), false) FROM {qn(catalog, buffer_name(table))} "
-        f"WHERE {pending_filter(frontier_sql)}"
+        f"WHERE {pending_filter(frontier_sql)} AND {q(WEIGHT)} <> {SENTINEL}"
     )
 
 
@@ -218,7 +240,7 @@ def cleanup(db: Db, catalog: str, table: TableInfo) -> int:
     if not db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (_pin_key(table),)):
         return 0  # a stream table over this source is being created: clean up next time
     return db.execute(
-        f"DELETE FROM {qn(catalog, buffer_name(table))} AS b WHERE NOT EXISTS ("
+        f"DELETE FROM {qn(catalog, buffer_name(table))} AS b WHERE b.{q(WEIGHT)} <> {SENTINEL} AND NOT EXISTS ("
         f"SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE %s = ANY (s.sources) AND ("
         f"s.frontier IS NULL OR NOT pg_visible_in_snapshot(b.{q(XID)}, s.frontier)))",
         (table.qualified,),
