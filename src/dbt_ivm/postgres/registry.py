@@ -14,6 +14,8 @@ BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
 def bootstrap(db: Db, catalog: str) -> None:
     """Create the catalog schema and its tables if missing (safe to run concurrently)."""
     s = q(catalog)
+    if db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, "refresh_history"),)):
+        return  # created by an earlier run; tables are only ever added together
     with db.transaction():
         db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (BOOTSTRAP_LOCK,))
         db.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")

@@ -264,29 +264,49 @@ def _history(db: Db, spec: StreamTableSpec, result: RefreshResult, changes_read:
 
 
 def _refresh(db: Db, spec: StreamTableSpec, sql: str, registered: registry.Registered) -> RefreshResult:
-    compiled = _install_capture(db, spec, sql)
-    with db.transaction("REPEATABLE READ"):
-        # Re-read inside the snapshot: capture may just have flagged this table for a FULL refresh.
-        current = registry.lookup(db, spec.catalog_schema, _key(spec))
-        assert current is not None
-        compiled = compile_query(db, spec, sql)
-        reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
-        if reason is None and not changed:
-            registry.advance(db, spec.catalog_schema, _key(spec))
-            result = RefreshResult(action="SKIP", reason="no changes")
-            _history(db, spec, result, 0)
-        else:
-            if reason is None:
-                assert compiled.plan is not None and compiled.layout is not None
-                result = _differential(db, spec, compiled, current, changed)
+    # Usually capture is in place: plan and refresh in one snapshot. Otherwise install it (its own
+    # committed transaction, which flags this table for a FULL refresh) and start again.
+    for _ in range(2):
+        with db.transaction("REPEATABLE READ"):
+            compiled = compile_query(db, spec, sql)
+            if _capture_missing(db, spec, compiled):
+                result = None
             else:
-                result = _full(db, spec, compiled, sql, reason)
-            registry.advance(db, spec.catalog_schema, _key(spec))
-            _history(db, spec, result, changes)
-            user_triggers.notify(db, spec, result)
+                result = _refresh_in_snapshot(db, spec, sql, compiled)
+        if result is not None:
+            break
+        _install_capture(db, spec, sql)
+    else:
+        raise IvmError(f"model {spec.model}: change capture on its sources could not be installed")
     _cleanup(db, spec, compiled)
     if spec.refresh_mode == "differential" and result.action == "FULL":
         result.warnings.append(f"model {spec.model}: differential refresh fell back to FULL: {result.reason}")
+    return result
+
+
+def _capture_missing(db: Db, spec: StreamTableSpec, compiled: Compiled) -> bool:
+    if spec.refresh_mode == "full" or compiled.plan is None:
+        return False
+    return not all(capture.installed(db, spec.catalog_schema, s) for s in compiled.sources)
+
+
+def _refresh_in_snapshot(db: Db, spec: StreamTableSpec, sql: str, compiled: Compiled) -> RefreshResult:
+    current = registry.lookup(db, spec.catalog_schema, _key(spec))
+    assert current is not None
+    reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
+    if reason is None and not changed:
+        registry.advance(db, spec.catalog_schema, _key(spec))
+        result = RefreshResult(action="SKIP", reason="no changes")
+        _history(db, spec, result, 0)
+        return result
+    if reason is None:
+        assert compiled.plan is not None and compiled.layout is not None
+        result = _differential(db, spec, compiled, current, changed)
+    else:
+        result = _full(db, spec, compiled, sql, reason)
+    registry.advance(db, spec.catalog_schema, _key(spec))
+    _history(db, spec, result, changes)
+    user_triggers.notify(db, spec, result)
     return result
 
 
@@ -343,6 +363,9 @@ def _differential(
     relation = _relation(spec)
     delta = row_delta(compiled.plan, compiled.layout, bindings, relation, True, compiled.call_types)
     result = RefreshResult(action="DIFFERENTIAL")
+    # A delta touches few rows of the stream table, whose pages are mostly cached: the default
+    # random_page_cost makes the planner scan it whole instead of probing the key-hash index.
+    db.execute("SET LOCAL random_page_cost = 1.1")
     if delta is not None:
         triggers = user_triggers.choose(db, spec, relation)
         pg_apply.apply_row_delta(db, relation, compiled.layout, delta, result, triggers)
