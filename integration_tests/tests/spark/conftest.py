@@ -9,6 +9,7 @@ dbt invocation of every test uses the same SparkSession (the adapter returns the
 from __future__ import annotations
 
 import itertools
+import socket
 from argparse import Namespace
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,11 +38,25 @@ def spark_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("spark") / "warehouse"
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+_THRIFT_PORT = _free_port()
+
+
 @pytest.fixture(scope="session")
 def spark(spark_warehouse: Path) -> Iterator[Any]:
     """The embedded session (Iceberg's SparkSessionCatalog over a Derby-backed Hive metastore)."""
     before = existing_session()
-    session = get_or_create_session(SessionSettings(warehouse=spark_warehouse))
+    thrift = {
+        # Where `thrift_server` listens, if a test starts it (static settings: set them now).
+        "spark.hadoop.hive.server2.thrift.port": str(_THRIFT_PORT),
+        "spark.hadoop.hive.server2.thrift.bind.host": "127.0.0.1",
+    }
+    session = get_or_create_session(SessionSettings(warehouse=spark_warehouse, conf=thrift))
     catalog = session.conf.get("spark.sql.catalog.spark_catalog", "")
     if catalog != ICEBERG_SESSION_CATALOG:
         pytest.fail(
@@ -51,6 +66,16 @@ def spark(spark_warehouse: Path) -> Iterator[Any]:
     yield session
     if before is None:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def thrift_server(spark: Any) -> int:
+    """A Spark Thrift server on the test session (what `method: thrift` profiles connect to); its port."""
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
+        spark._jsparkSession.sqlContext()
+    )
+    return _THRIFT_PORT
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from dbt.adapters.ivm_spark import IvmSparkAdapter, IvmSparkCredentials, Plugin
 from dbt.include import ivm
+from dbt.tests.adapter.basic.test_base import BaseSimpleMaterializations
 from dbt.tests.util import run_dbt, write_file
 
 from dbt_ivm.spark.iceberg import current_version
@@ -111,3 +112,25 @@ class TestIcebergByDefault:
         assert list(nodes["hidden"]["columns"]) == ["id"]
         assert set(nodes["people_table"]["columns"]) == {"id", "name", "generation"}
         assert nodes["people_view"]["metadata"]["type"] == "view"
+
+
+class TestThriftMethodIvmSpark(BaseSimpleMaterializations):
+    """`method: thrift` works as in dbt-spark: here against a Spark Thrift server on the test session,
+    so seeds and table models land in the same Iceberg catalog (file_format iceberg by default)."""
+
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, thrift_server: int) -> dict[str, Any]:
+        return {
+            "type": "ivm_spark",
+            "method": "thrift",
+            "host": "127.0.0.1",
+            "port": thrift_server,
+            "user": "dbt",
+            "threads": 1,
+            "poll_interval": 0,
+        }
+
+    def test_base(self, project: Any) -> None:
+        super().test_base(project)
+        rows = project.run_sql(f"describe table extended {project.test_schema}.swappable", fetch="all")
+        assert {str(r[0]): str(r[1]) for r in rows}["Provider"] == "iceberg"

@@ -9,7 +9,8 @@ archive (``-XX:SharedArchiveFile``) and start in about half the time. Nobody wai
 archive that does not match (another Java, other jars) is silently ignored by the JVM.
 
 Archives live in ``$DBT_IVM_CACHE_DIR`` (default ``~/.cache/dbt-ivm``), under ``class-archives/``,
-named by a hash of everything they depend on. ``DBT_IVM_CLASS_ARCHIVE=0`` turns the mechanism off.
+named by a hash of everything they depend on. ``DBT_IVM_CLASS_ARCHIVE=0`` turns the mechanism off;
+``DBT_IVM_CLASS_ARCHIVE=require`` makes a JVM whose archive cannot be mapped fail to start (a check).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Archive:
 
     path: Path
     recording: bool  # True: no archive yet; this process lists its classes for the dump
+    required: bool = False  # map it or fail (-Xshare:on) instead of ignoring a mismatch
 
     @property
     def class_list(self) -> Path:
@@ -59,11 +61,17 @@ class Archive:
     def jvm_options(self) -> tuple[str, ...]:
         if self.recording:
             return (f"-XX:DumpLoadedClassList={self.class_list}",)
+        if self.required:
+            return (f"-XX:SharedArchiveFile={self.path}", "-Xshare:on")
         return (f"-XX:SharedArchiveFile={self.path}", QUIET)
 
 
+def _setting() -> str:
+    return os.environ.get("DBT_IVM_CLASS_ARCHIVE", "1").strip().lower()
+
+
 def enabled() -> bool:
-    return os.environ.get("DBT_IVM_CLASS_ARCHIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return _setting() not in ("0", "false", "no", "off")
 
 
 def cache_dir() -> Path:
@@ -107,7 +115,9 @@ def plan(java: JavaRuntime, jar: Path) -> Archive | None:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
-    archive = Archive(directory / f"spark-{archive_key(java, jar)}.jsa", recording=False)
+    archive = Archive(
+        directory / f"spark-{archive_key(java, jar)}.jsa", recording=False, required=_setting() == "require"
+    )
     if archive.path.is_file() and archive.path.stat().st_size > 0:
         return archive
     if not _take_lock(archive.lock):
