@@ -1,0 +1,24 @@
+"""The engine's worked examples (doctests in plan/, delta/, layout, ...) stay true."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import dbt_ivm
+
+ENGINE_MODULES = sorted(
+    m.name
+    for m in pkgutil.walk_packages(dbt_ivm.__path__, "dbt_ivm.")
+    if not m.name.startswith(("dbt_ivm.spark", "dbt_ivm.embedded", "dbt_ivm.cli"))
+)
+
+
+@pytest.mark.parametrize("name", ENGINE_MODULES)
+def test_doctests(name: str) -> None:
+    module = importlib.import_module(name)
+    failures, _ = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert failures == 0
