@@ -1,8 +1,10 @@
 """The dbt-ivm demo: seed orders and customers, build two stream tables, change the sources, refresh.
 
+    python integration_tests/demo.py                     # embedded Spark + Iceberg (the default)
     python integration_tests/demo.py --target postgres [--pg-bin DIR] [--keep-server]
 
-Starts a throwaway server under integration_tests/.ivm/, writes a profile there, runs `dbt seed` and
+Starts a throwaway engine under integration_tests/.ivm/ (an in-process Spark session over a fresh
+Iceberg warehouse, or an embedded PostgreSQL server), writes a profile there, runs `dbt seed` and
 `dbt run`, applies inserts, updates and deletes with plain SQL, runs `dbt run` again, prints both stream
 tables and the refresh history, and checks that each stream table equals its query (EXCEPT ALL both
 ways). Exits non-zero when a stream table differs from its query or a dbt command fails.
@@ -11,6 +13,7 @@ ways). Exits non-zero when a stream table differs from its query or a dbt comman
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -112,8 +115,62 @@ def postgres_backend(args: argparse.Namespace) -> Backend:
     return PostgresBackend(pg_bin=args.pg_bin, keep_server=args.keep_server, threads=args.threads)
 
 
-# --target NAME -> how to build its backend. Another backend (e.g. Spark) adds an entry here.
-BACKENDS: dict[str, Callable[[argparse.Namespace], Backend]] = {"postgres": postgres_backend}
+@dataclass
+class SparkBackend:
+    """Embedded Spark 3.5 + Iceberg in this process, over a fresh warehouse for every demo run.
+
+    dbt runs in this process too, so its `method: session` connection uses this same session (one
+    process per warehouse: the metastore is an embedded Derby database).
+    """
+
+    threads: int
+    _spark: Any = None
+
+    @property
+    def warehouse(self) -> Path:
+        return STATE_DIR / "spark-warehouse"
+
+    def start(self) -> None:
+        from dbt_ivm.cli import write_profile
+        from dbt_ivm.spark.session import SessionSettings, get_or_create_session
+
+        shutil.rmtree(self.warehouse, ignore_errors=True)
+        output = {
+            "type": "ivm_spark",
+            "method": "session",
+            "host": "localhost",
+            "schema": SCHEMA,
+            "warehouse": str(self.warehouse),
+            "threads": self.threads,
+        }
+        write_profile(STATE_DIR, PROFILE, "spark", output)
+        self._spark = get_or_create_session(SessionSettings(warehouse=self.warehouse))
+        print(f"Spark {self._spark.version} + Iceberg, warehouse {self.warehouse}")
+
+    def quote(self, identifier: str) -> str:
+        return "`" + identifier.replace("`", "``") + "`"
+
+    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        frame = self._spark.sql(sql)
+        return list(frame.columns), [tuple(row) for row in frame.collect()]
+
+    def execute(self, sql: str) -> None:
+        self._spark.sql(sql)
+
+    def stop(self) -> None:
+        if self._spark is not None:
+            self._spark.stop()
+
+
+def spark_backend(args: argparse.Namespace) -> Backend:
+    return SparkBackend(threads=args.threads)
+
+
+# --target NAME -> how to build its backend.
+BACKENDS: dict[str, Callable[[argparse.Namespace], Backend]] = {
+    "spark": spark_backend,
+    "postgres": postgres_backend,
+}
 
 
 def run_dbt(command: Sequence[str], target: str) -> Any:
@@ -190,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--target", choices=sorted(BACKENDS), default="postgres")
+    parser.add_argument("--target", choices=sorted(BACKENDS), default="spark")
     parser.add_argument("--pg-bin", default=None, help="bin directory of another PostgreSQL build (>= 15)")
     parser.add_argument("--threads", type=int, default=2, help="dbt threads (default 2)")
     parser.add_argument("--keep-server", action="store_true", help="leave the server running afterwards")

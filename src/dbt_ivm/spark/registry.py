@@ -12,6 +12,7 @@ a commit that still conflicts is retried.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -103,11 +104,18 @@ class Registration:
         )
 
 
+# One registry commit at a time per process: dbt's threads share one session, and the embedded Hive
+# catalog (no metastore locks) can let one of two concurrent commits to a table silently replace the
+# other (a lost registration showed up as a second "first run" REBUILD).
+_COMMIT_LOCK = threading.Lock()
+
+
 def _retry(action: Callable[[], T], attempts: int = 5) -> T:
     """Run an Iceberg write, retrying commit conflicts with other writers of the registry."""
     for attempt in range(attempts):
         try:
-            return action()
+            with _COMMIT_LOCK:
+                return action()
         except Exception as error:  # py4j wraps the JVM's CommitFailedException / ValidationException
             text = str(error)
             conflict = "CommitFailedException" in text or "ValidationException" in text
