@@ -178,9 +178,9 @@ def _run(spark: Any, spec: StreamTableSpec, views: TempViews, started: float) ->
         registered = _recover(spark, spec, registered)
     if registered is None or not exists:
         action = "CREATE" if not exists else "REBUILD"
-        return _build(spark, spec, views, spec.sql, registered, action, "first run")
+        return _build(spark, spec, views, spec.sql, registered, action, "first run", started)
     if spec.full_refresh:
-        return _build(spark, spec, views, spec.sql, registered, "REBUILD", "--full-refresh")
+        return _build(spark, spec, views, spec.sql, registered, "REBUILD", "--full-refresh", started)
     if registered.fingerprint != fingerprint(spec.sql):
         if spec.on_configuration_change == "fail":
             raise IvmError(
@@ -188,7 +188,9 @@ def _run(spark: Any, spec: StreamTableSpec, views: TempViews, started: float) ->
                 "run with --full-refresh or set on_configuration_change='apply'"
             )
         if spec.on_configuration_change == "apply":
-            return _build(spark, spec, views, spec.sql, registered, "REBUILD", "defining query changed")
+            return _build(
+                spark, spec, views, spec.sql, registered, "REBUILD", "defining query changed", started
+            )
         result = _refresh(spark, spec, views, registered.defining_query, registered, started)
         result.warnings.append(
             f"model {spec.model}: the defining query changed; on_configuration_change='continue' keeps "
@@ -249,6 +251,7 @@ def _build(
     registered: registry.Registration | None,
     action: str,
     reason: str,
+    started: float,
 ) -> RefreshResult:
     compiled = compile_query(spark, spec, sql)
     if registered is not None:
@@ -284,6 +287,7 @@ def _build(
             f"model {spec.model}: {source.info.qualified} is not an Iceberg table "
             f"({source.provider or 'unknown provider'}); every refresh will be FULL"
         )
+    result.seconds = time.monotonic() - started
     _history(spark, spec, result, 0)
     return result
 
