@@ -1,4 +1,4 @@
-"""One SparkSession (Iceberg over a temp warehouse) for the whole test session; a fresh schema per test."""
+"""The pytest process's one SparkSession (shared with integration_tests/tests/spark); a fresh schema per test."""
 
 from __future__ import annotations
 
@@ -6,27 +6,27 @@ import itertools
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.spark.sessions import build_session
+from tests.spark.sessions import shared_session
 
 _numbers = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
-def spark_warehouse() -> Iterator[str]:
+def engine_warehouse() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="dbt_ivm_spark_")
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def spark(spark_warehouse: str) -> Iterator[Any]:
-    session = build_session(spark_warehouse)
-    yield session
-    session.stop()
+def spark(engine_warehouse: str) -> Any:
+    # Not stopped here: the integration tests' fixture may use the same session after these tests.
+    return shared_session(Path(engine_warehouse))
 
 
 @pytest.fixture

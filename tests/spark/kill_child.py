@@ -1,23 +1,83 @@
-"""Child process for the kill tests: refresh one stream table in its own SparkSession.
+"""Child process for the kill tests, on its own warehouse (its own SparkSession and JVM).
 
-    python -m tests.spark.kill_child WAREHOUSE SCHEMA NAME SQL
-with DBT_IVM_SPARK_KILL_AT naming the point where the runner SIGKILLs its process group.
+    python -m tests.spark.kill_child prepare WAREHOUSE   # sources, stream tables, a batch of DML,
+                                                        # then a refresh killed at DBT_IVM_SPARK_KILL_AT
+    python -m tests.spark.kill_child recover WAREHOUSE  # the next refreshes must be correct
+
+The test process never opens this warehouse, so each phase can use the tests' own session builder.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import Any
 
-from dbt_ivm.spark.runner import run_stream_table
-from tests.spark.oracle import make_spec
+from tests.spark.oracle import refresh_and_check
 from tests.spark.sessions import build_session
+
+SCHEMA = "killed"
+KILL_ENV = "DBT_IVM_SPARK_KILL_AT"
+
+
+def streams(s: str) -> dict[str, str]:
+    return {
+        "kept": f"SELECT kind, v FROM {s}.events WHERE v IS NULL OR v > 0",
+        # An aggregate shows a batch applied twice in its sums and counts.
+        "totals": (
+            f"SELECT customer, SUM(amount) AS total, COUNT(*) AS n, AVG(amount) AS mean "
+            f"FROM {s}.orders GROUP BY customer"
+        ),
+    }
+
+
+def prepare(spark: Any, kill_at: str) -> None:
+    s = SCHEMA
+    sql = spark.sql
+    sql(f"CREATE DATABASE IF NOT EXISTS {s}")
+    sql(f"CREATE TABLE {s}.orders (id int NOT NULL, customer string, amount decimal(10,2)) USING iceberg")
+    sql(f"ALTER TABLE {s}.orders SET IDENTIFIER FIELDS id")
+    sql(f"CREATE TABLE {s}.events (kind string, v int) USING iceberg")
+    sql(f"INSERT INTO {s}.orders VALUES (1,'alice',10),(2,'alice',20),(3,'bob',30)")
+    sql(f"INSERT INTO {s}.events VALUES ('a',1),('a',1),('b',2)")
+    for name, query in streams(s).items():
+        refresh_and_check(spark, s, name, query, "create", full_refresh_threshold=100.0)
+    sql(f"INSERT INTO {s}.orders VALUES (4,'bob',40),(5,'carol',5)")
+    sql(f"UPDATE {s}.orders SET amount = amount + 1 WHERE id = 1")
+    sql(f"INSERT INTO {s}.events VALUES ('a',1),('c',3)")
+    sql(f"DELETE FROM {s}.events WHERE kind = 'b'")
+    # 'kept' refreshes normally; 'totals' (last) dies at the kill point.
+    *first, last = streams(s).items()
+    for name, query in first:
+        refresh_and_check(spark, s, name, query, "before the kill", full_refresh_threshold=100.0)
+    os.environ[KILL_ENV] = kill_at
+    refresh_and_check(spark, s, last[0], last[1], "killed", full_refresh_threshold=100.0)
+
+
+def recover(spark: Any) -> None:
+    s = SCHEMA
+    sql = spark.sql
+    for name, query in streams(s).items():
+        first = refresh_and_check(spark, s, name, query, "after the kill", full_refresh_threshold=100.0)
+        assert first.action in ("DIFFERENTIAL", "SKIP"), first.summary()
+        again = refresh_and_check(spark, s, name, query, "no changes", full_refresh_threshold=100.0)
+        assert again.action == "SKIP", again.summary()
+    sql(f"DELETE FROM {s}.orders WHERE id = 2")
+    sql(f"INSERT INTO {s}.events VALUES ('c',3)")
+    for name, query in streams(s).items():
+        later = refresh_and_check(spark, s, name, query, "later batch", full_refresh_threshold=100.0)
+        assert later.action == "DIFFERENTIAL", later.summary()
+    print("recovered")
 
 
 def main() -> None:
-    warehouse, schema, name, sql = sys.argv[1:5]
+    phase, warehouse = sys.argv[1:3]
+    kill_at = os.environ.pop(KILL_ENV, "")
     spark = build_session(warehouse)
-    result = run_stream_table(spark, make_spec(schema, name, sql, full_refresh_threshold=100.0))
-    print(result.summary())
+    if phase == "prepare":
+        prepare(spark, kill_at)
+    else:
+        recover(spark)
 
 
 if __name__ == "__main__":

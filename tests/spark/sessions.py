@@ -1,11 +1,15 @@
-"""An embedded SparkSession with an Iceberg (Hadoop-type) catalog over a local warehouse directory.
+"""SparkSessions for the Spark tests.
 
-The tests' own builder, used by the session fixture and by the kill-test child processes, so both
-see the same catalog. Table metadata caching is off: a child process commits behind this session.
+``shared_session``: the pytest process's one session (dbt_ivm.spark.session, Hive-metastore Iceberg
+catalog), shared with integration_tests/tests/spark. ``build_session``: an Iceberg (Hadoop-type)
+catalog over a local warehouse directory, for the kill-test child processes, which each own a
+warehouse of their own (Derby admits one process per metastore; a Hadoop catalog needs none).
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +45,29 @@ def build_session(warehouse: str) -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# Where the test session's Thrift server listens if a test starts one (a static setting). Chosen once
+# per pytest process, so whichever Spark fixture starts the shared session first sets the same port.
+TEST_THRIFT_PORT = int(os.environ.setdefault("DBT_IVM_TEST_THRIFT_PORT", str(_free_port())))
+
+
+def shared_session(warehouse: Path) -> Any:
+    """The pytest process's one SparkSession: dbt_ivm.spark.session's embedded Spark + Iceberg.
+
+    Both Spark test directories (tests/spark, integration_tests/tests/spark) start it the same way;
+    the first fixture to run creates it, the other gets the running session.
+    """
+    from dbt_ivm.spark.session import SessionSettings, get_or_create_session
+
+    thrift = {
+        "spark.hadoop.hive.server2.thrift.port": str(TEST_THRIFT_PORT),
+        "spark.hadoop.hive.server2.thrift.bind.host": "127.0.0.1",
+    }
+    return get_or_create_session(SessionSettings(warehouse=warehouse, conf=thrift))

@@ -9,7 +9,6 @@ dbt invocation of every test uses the same SparkSession (the adapter returns the
 from __future__ import annotations
 
 import itertools
-import socket
 from argparse import Namespace
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,13 +21,9 @@ from dbt.flags import set_from_args
 set_from_args(Namespace(), None)  # type: ignore[arg-type]
 
 from dbt.tests.fixtures.project import *  # noqa: E402, F403
+from tests.spark.sessions import TEST_THRIFT_PORT, shared_session  # noqa: E402
 
-from dbt_ivm.spark.session import (  # noqa: E402
-    ICEBERG_SESSION_CATALOG,
-    SessionSettings,
-    existing_session,
-    get_or_create_session,
-)
+from dbt_ivm.spark.session import ICEBERG_SESSION_CATALOG, existing_session  # noqa: E402
 
 _schema_numbers = itertools.count(1)
 
@@ -38,25 +33,13 @@ def spark_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("spark") / "warehouse"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-_THRIFT_PORT = _free_port()
-
-
 @pytest.fixture(scope="session")
 def spark(spark_warehouse: Path) -> Iterator[Any]:
     """The embedded session (Iceberg's SparkSessionCatalog over a Derby-backed Hive metastore)."""
     before = existing_session()
-    thrift = {
-        # Where `thrift_server` listens, if a test starts it (static settings: set them now).
-        "spark.hadoop.hive.server2.thrift.port": str(_THRIFT_PORT),
-        "spark.hadoop.hive.server2.thrift.bind.host": "127.0.0.1",
-    }
-    session = get_or_create_session(SessionSettings(warehouse=spark_warehouse, conf=thrift))
+    # The same session as tests/spark's fixture (whichever runs first starts it), with the Thrift
+    # server's port among its static settings.
+    session = shared_session(spark_warehouse)
     catalog = session.conf.get("spark.sql.catalog.spark_catalog", "")
     if catalog != ICEBERG_SESSION_CATALOG:
         pytest.fail(
@@ -75,7 +58,7 @@ def thrift_server(spark: Any) -> int:
     jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
         spark._jsparkSession.sqlContext()
     )
-    return _THRIFT_PORT
+    return TEST_THRIFT_PORT
 
 
 @pytest.fixture
