@@ -3,30 +3,20 @@
 from __future__ import annotations
 
 import itertools
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.spark.sessions import shared_session
+from tests.spark.sessions import shared_session, shared_warehouse
 
 _numbers = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
-def engine_warehouse() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="dbt_ivm_spark_")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def spark(engine_warehouse: str) -> Any:
-    # Not stopped here: the integration tests' fixture may use the same session after these tests.
-    return shared_session(Path(engine_warehouse))
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    # The same warehouse and session as integration_tests/tests/spark's fixture; not stopped here,
+    # those tests may use the session after these.
+    return shared_session(shared_warehouse(tmp_path_factory))
 
 
 @pytest.fixture

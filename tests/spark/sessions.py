@@ -71,3 +71,8 @@ def shared_session(warehouse: Path) -> Any:
         "spark.hadoop.hive.server2.thrift.bind.host": "127.0.0.1",
     }
     return get_or_create_session(SessionSettings(warehouse=warehouse, conf=thrift))
+
+
+def shared_warehouse(factory: Any) -> Path:
+    """The shared session's warehouse (one path per pytest run, whichever fixture asks first)."""
+    return Path(factory.getbasetemp()) / "spark-warehouse"

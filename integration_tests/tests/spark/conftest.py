@@ -21,7 +21,7 @@ from dbt.flags import set_from_args
 set_from_args(Namespace(), None)  # type: ignore[arg-type]
 
 from dbt.tests.fixtures.project import *  # noqa: E402, F403
-from tests.spark.sessions import TEST_THRIFT_PORT, shared_session  # noqa: E402
+from tests.spark.sessions import TEST_THRIFT_PORT, shared_session, shared_warehouse  # noqa: E402
 
 from dbt_ivm.spark.session import ICEBERG_SESSION_CATALOG, existing_session  # noqa: E402
 
@@ -30,7 +30,7 @@ _schema_numbers = itertools.count(1)
 
 @pytest.fixture(scope="session")
 def spark_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("spark") / "warehouse"
+    return shared_warehouse(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
