@@ -23,3 +23,8 @@
   {% endset %}
   {{ return(sql) }}
 {% endmacro %}
+
+{#- Iceberg has no primary-key constraint: dbt-ivm reads the key from this table property. -#}
+{% macro ivm_spark__ensure_primary_key(relation, column) %}
+  {{ return("alter table " ~ relation ~ " set tblproperties ('dbt_ivm.primary_key' = '" ~ column ~ "')") }}
+{% endmacro %}
