@@ -51,6 +51,20 @@ class RefreshResult:
     def rows_changed(self) -> int:
         return self.rows_inserted + self.rows_updated + self.rows_deleted
 
+    def history_fields(self, initiated_by: str, changes_read: int) -> dict[str, object]:
+        """The columns of this run's row in the refresh history table (same on every backend)."""
+        return {
+            "action": self.action,
+            "rows_inserted": self.rows_inserted,
+            "rows_updated": self.rows_updated,
+            "rows_deleted": self.rows_deleted,
+            "changes_read": changes_read,
+            "status": "OK",
+            "reason": self.reason,
+            "initiated_by": initiated_by,
+            "duration_seconds": self.seconds,
+        }
+
     def summary(self) -> str:
         """The one log line per model that `dbt run` prints."""
         text = (

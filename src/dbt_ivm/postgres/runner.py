@@ -249,17 +249,7 @@ def _history(db: Db, spec: StreamTableSpec, result: RefreshResult, changes_read:
         db,
         spec.catalog_schema,
         _key(spec),
-        {
-            "action": result.action,
-            "rows_inserted": result.rows_inserted,
-            "rows_updated": result.rows_updated,
-            "rows_deleted": result.rows_deleted,
-            "changes_read": changes_read,
-            "status": "OK",
-            "reason": result.reason,
-            "initiated_by": spec.initiated_by,
-            "duration_seconds": result.seconds,
-        },
+        result.history_fields(spec.initiated_by, changes_read),
     )
 
 
