@@ -65,6 +65,17 @@ class RefreshResult:
             "duration_seconds": self.seconds,
         }
 
+    @staticmethod
+    def failure_fields(error: BaseException, seconds: float, initiated_by: str) -> dict[str, object]:
+        """The columns of a failed run's row in the refresh history table."""
+        return {
+            "action": "FAILED",
+            "duration_seconds": seconds,
+            "status": "FAILED",
+            "error_text": str(error)[:4000],
+            "initiated_by": initiated_by,
+        }
+
     def summary(self) -> str:
         """The one log line per model that `dbt run` prints."""
         text = (

@@ -153,13 +153,7 @@ def _record_failure(db: Db, spec: StreamTableSpec, error: BaseException, seconds
                 db,
                 spec.catalog_schema,
                 _key(spec),
-                {
-                    "action": "FAILED",
-                    "duration_seconds": seconds,
-                    "status": "FAILED",
-                    "error_text": str(error)[:4000],
-                    "initiated_by": spec.initiated_by,
-                },
+                RefreshResult.failure_fields(error, seconds, spec.initiated_by),
             )
     except Exception:  # the original error matters more than the history row
         pass

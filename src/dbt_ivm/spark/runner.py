@@ -157,13 +157,7 @@ def _record_failure(spark: Any, spec: StreamTableSpec, error: BaseException, sec
             spark,
             spec.catalog_schema,
             _key(spec),
-            {
-                "action": "FAILED",
-                "duration_seconds": seconds,
-                "status": "FAILED",
-                "error_text": str(error)[:4000],
-                "initiated_by": spec.initiated_by,
-            },
+            RefreshResult.failure_fields(error, seconds, spec.initiated_by),
         )
 
 
