@@ -1,14 +1,18 @@
 """Spark benchmark: DIFFERENTIAL refresh of a stream table vs dbt's `table` materialization.
 
-    python benchmarks/bench_spark.py                    # orders at 10M rows
+    python benchmarks/bench_spark.py                    # orders at 10M rows, recent changes
+    python benchmarks/bench_spark.py --changes uniform  # changes spread over every partition
     python benchmarks/bench_spark.py --rows 1000000     # a quick check at 1M rows
 
 Run by hand; prints a Markdown table (kept in docs/benchmarks.md) and progress on stderr.
 
 An embedded Spark + Iceberg session over a fresh warehouse directory holds `orders` (N rows, 100k
-customers, primary key `id`) and the stream table `customer_totals` (per-customer SUM and COUNT).
-Each repeat changes 0.1 % of the rows (half updates through MERGE INTO, 30 % inserts, 20 % deletes,
-one statement each), then times side by side (a) `run_stream_table`, which must do a DIFFERENTIAL
+customers, primary key `id`, partitioned by `order_day`: 100 days of N/100 orders, ids in time
+order) and the stream table `customer_totals` (per-customer SUM and COUNT). Each repeat changes
+0.1 % of the rows (half updates through MERGE INTO, 30 % inserts, 20 % deletes, one statement each):
+`--changes recent` updates and deletes orders of the last day and inserts new ones there (orders are
+corrected soon after they are placed); `--changes uniform` picks them from all of history, so every
+partition's file is rewritten (copy-on-write). Then it times side by side (a) `run_stream_table`, which must do a DIFFERENTIAL
 refresh, and (b) what dbt's `table` materialization runs for the same model: `CREATE OR REPLACE
 TABLE ... USING iceberg AS <query>`. Times are wall clock around each call, median of the repeats.
 At the end the stream table is checked against its query (EXCEPT ALL both ways).
@@ -32,6 +36,7 @@ from dbt_ivm.spec import StreamTableSpec
 
 SCHEMA = "bench"
 CUSTOMERS = 100_000
+DAYS = 100
 QUERY = (
     "SELECT customer_id, SUM(amount) AS total, COUNT(*) AS order_count "
     f"FROM {SCHEMA}.orders GROUP BY customer_id"
@@ -55,11 +60,12 @@ def create_orders(spark: Any, rows: int) -> None:
         "id",
         f"pmod(hash(id), {CUSTOMERS}) AS customer_id",
         "CAST(pmod(hash(id, 7), 100000) / 100.0 AS DECIMAL(10,2)) AS amount",
+        f"CAST(id * {DAYS} DIV {rows} AS INT) AS order_day",
     ).createOrReplaceTempView("bench_orders_source")
     spark.sql(
-        f"CREATE TABLE {SCHEMA}.orders USING iceberg "
+        f"CREATE TABLE {SCHEMA}.orders USING iceberg PARTITIONED BY (order_day) "
         "TBLPROPERTIES ('dbt_ivm.primary_key'='id') "
-        "AS SELECT * FROM bench_orders_source"
+        "AS SELECT * FROM bench_orders_source ORDER BY order_day"
     )
     spark.catalog.dropTempView("bench_orders_source")
 
@@ -67,8 +73,10 @@ def create_orders(spark: Any, rows: int) -> None:
 class ChangeBatches:
     """0.1 % of the rows per batch; never touches a deleted id twice, inserts fresh ids."""
 
-    def __init__(self, rows: int, seed: int = 42) -> None:
+    def __init__(self, rows: int, changes: str, seed: int = 42) -> None:
         self.rows = rows
+        # recent: the last day's orders; uniform: all of them
+        self.first_changed = rows - rows // DAYS if changes == "recent" else 0
         self.next_id = rows
         self.deleted: set[int] = set()
         self.random = random.Random(seed)
@@ -76,15 +84,16 @@ class ChangeBatches:
     def _existing_ids(self, count: int, taken: set[int]) -> list[int]:
         chosen: list[int] = []
         while len(chosen) < count:
-            candidate = self.random.randrange(self.rows)
+            candidate = self.random.randrange(self.first_changed, self.rows)
             if candidate not in self.deleted and candidate not in taken:
                 taken.add(candidate)
                 chosen.append(candidate)
         return chosen
 
-    def _row(self, order_id: int) -> tuple[int, int, Decimal]:
+    def _row(self, order_id: int) -> tuple[int, int, Decimal, int]:
         amount = Decimal(self.random.randrange(1, 100_000)) / 100
-        return (order_id, self.random.randrange(CUSTOMERS), amount)
+        day = min(order_id * DAYS // self.rows, DAYS - 1)  # new orders: the last day
+        return (order_id, self.random.randrange(CUSTOMERS), amount, day)
 
     def apply(self, spark: Any) -> int:
         size = max(self.rows // 1000, 10)
@@ -96,7 +105,7 @@ class ChangeBatches:
         self.deleted.update(delete_ids)
         insert_ids = list(range(self.next_id, self.next_id + inserts))
         self.next_id += inserts
-        schema = "id BIGINT, customer_id BIGINT, amount DECIMAL(10,2)"
+        schema = "id BIGINT, customer_id BIGINT, amount DECIMAL(10,2), order_day INT"
         # a tenth of the updates move the order to another customer, the rest change the amount
         update_rows = [self._row(i) for i in update_ids]
         spark.createDataFrame(update_rows, schema).createOrReplaceTempView("bench_updates")
@@ -137,6 +146,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--changes", choices=("recent", "uniform"), default="recent")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--warehouse", help="warehouse directory (default: a temporary one)")
@@ -152,13 +162,13 @@ def main() -> int:
         fast_start=False,  # long, heavy queries: full JIT and the default GC
     )
     try:
-        return run(settings, args.rows, args.repeats)
+        return run(settings, args.rows, args.repeats, args.changes)
     finally:
         if not args.warehouse and not args.keep:
             shutil.rmtree(warehouse, ignore_errors=True)
 
 
-def run(settings: SessionSettings, rows: int, repeats: int) -> int:
+def run(settings: SessionSettings, rows: int, repeats: int, changes: str) -> int:
     log(f"starting Spark ({settings.master}) over {settings.warehouse}")
     spark = get_or_create_session(settings)
     spark.sparkContext.setLogLevel("ERROR")
@@ -177,7 +187,7 @@ def run(settings: SessionSettings, rows: int, repeats: int) -> int:
     first_table_seconds, _ = timed(lambda: spark.sql(table_sql))
     log(f"ct_table first build: {first_table_seconds:.1f}s")
 
-    batches = ChangeBatches(rows)
+    batches = ChangeBatches(rows, changes)
     differential: list[float] = []
     rebuild: list[float] = []
     for repeat in range(1, repeats + 1):
@@ -201,7 +211,8 @@ def run(settings: SessionSettings, rows: int, repeats: int) -> int:
     table_median = statistics.median(rebuild)
     ratio = table_median / diff_median
     batch = max(rows // 1000, 10)
-    print(f"\norders: {rows:,} rows, {CUSTOMERS:,} customers; batch: {batch:,} changed rows (0.1 %)")
+    print(f"\norders: {rows:,} rows, {CUSTOMERS:,} customers, {DAYS} daily partitions; ", end="")
+    print(f"batch: {batch:,} changed rows (0.1 %), {changes} changes")
     print(f"repeats: {repeats}, master {settings.master}; initial stream table build ", end="")
     print(f"{create_seconds:.1f}s, first ct_table build {first_table_seconds:.1f}s\n")
     print("| customer_totals | " + " | ".join(f"run {i}" for i in range(1, repeats + 1)), end="")

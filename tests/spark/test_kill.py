@@ -1,5 +1,5 @@
-"""Atomicity: SIGKILL a refresh before the pending record, before, during and after the MERGE commit,
-and after the frontier write.
+"""Atomicity: SIGKILL a refresh after it read the sources' snapshots, before, during and after the
+MERGE commit that also stamps the new frontier, and after the history row.
 
 The next refresh must leave the stream table equal to its query and never apply a batch twice
 (an aggregate's sums and counts would show a double application). Both phases run in child

@@ -15,7 +15,8 @@ from typing import Any
 
 from dbt_ivm.apply import keyed, multiset
 from dbt_ivm.layout import DUP, Layout
-from dbt_ivm.sqltext import WEIGHT, q, render
+from dbt_ivm.spark.commit import Stamp, commit_with
+from dbt_ivm.sqltext import WEIGHT, q, qn, render
 
 STREAM_TABLE_PROPERTIES = "'format-version'='2'"
 
@@ -64,18 +65,21 @@ def plain_layout(names: list[str]) -> Layout:
     return Layout("multiset", tuple(names), (), tuple(names))
 
 
-def create_table(spark: Any, relation: str, layout: Layout, contents: str) -> int:
-    """CREATE TABLE … USING iceberg AS the contents (multiset: plus an ordinal among identical rows)."""
+def create_table(spark: Any, table: tuple[str, str], layout: Layout, contents: str, stamp: Stamp) -> int:
+    """CREATE TABLE … USING iceberg AS the contents (multiset: plus an ordinal among identical rows),
+    its commit stamped with the frontier the contents were read at."""
+    relation = qn(*table)
     columns = ", ".join(f"c.{q(col)}" for col in layout.columns)
     extra = ""
     if layout.kind == "multiset":
         values = ", ".join(f"c.{q(col)}" for col in layout.columns)
         extra = f", CAST(row_number() OVER (PARTITION BY {values} ORDER BY {values}) AS INT) AS {q(DUP)}"
     select = render(f"SELECT {columns}{extra} FROM ({contents}) AS c", "spark")
-    spark.sql(
+    create = (
         f"CREATE TABLE {render(relation, 'spark')} USING iceberg "
         f"TBLPROPERTIES ({STREAM_TABLE_PROPERTIES}) AS {select}"
     )
+    commit_with(spark, table, stamp, lambda: spark.sql(create))
     return int(spark.sql(f"SELECT COUNT(*) FROM {render(relation, 'spark')}").collect()[0][0])
 
 

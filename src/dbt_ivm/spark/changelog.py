@@ -15,8 +15,10 @@ The range is exclusive of the start snapshot and inclusive of the end snapshot. 
 it, tried in this order:
 
 ``changelog``
-    Iceberg's ``create_changelog_view`` procedure (carry-over rows of copy-on-write rewrites are
-    removed): needs the start snapshot to be an ancestor of the end snapshot and no delete files.
+    Iceberg's changelog scan (the ``changes`` metadata table): needs the start snapshot to be an
+    ancestor of the end snapshot and no delete files. Rows a copy-on-write rewrite carried over
+    unchanged appear as a −1 and a +1 of the same row in one commit; they cancel as weights, and
+    ``compacted_sql(..., cancel_identical=True)`` drops them before the delta rules see them.
 ``snapshot_diff``
     Both snapshots are still readable, but the changelog cannot serve (merge-on-read delete files,
     the table was replaced by ``CREATE OR REPLACE``, a snapshot in between expired, or there is no
@@ -28,8 +30,6 @@ it, tried in this order:
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -39,12 +39,10 @@ from dbt_ivm.spark.iceberg import (
     TableName,
     columns_at,
     current_version,
+    lineage,
     name_parts,
     quote_identifier,
     quoted_name,
-    snapshots,
-    snapshots_after,
-    sql_string,
     state_sql,
 )
 
@@ -105,14 +103,14 @@ def create_change_view(
             f"{label} was dropped and re-created (table uuid {expected_table_uuid} is now {version.table_uuid})"
         )
     end = version.snapshot_id if end_snapshot_id is None else end_snapshot_id
-    history = snapshots(spark, table)
     if end is None:
         if start_snapshot_id is None:  # never written: nothing changed
             columns = tuple(name for name, _ in columns_at(spark, table, None))
             _create_empty_view(spark, table, view_name, columns)
             return ChangeView("changelog", view_name, label, None, None, columns)
         return full(f"{label} has no current snapshot", end)
-    if end not in history:
+    known = lineage(spark, table, end if start_snapshot_id is None else start_snapshot_id, end)
+    if not known.end_exists:
         return full(f"snapshot {end} of {label} does not exist (expired?)", end)
     end_columns = columns_at(spark, table, end)
     columns = tuple(name for name, _ in end_columns)
@@ -127,17 +125,15 @@ def create_change_view(
             columns,
             reason=f"{label} had no snapshot at the start: every row of snapshot {end} is new",
         )
-    if start_snapshot_id not in history:
+    if not known.start_exists:
         return full(
             f"snapshot {start_snapshot_id} of {label} is no longer in its history "
             "(expired, or the table was replaced)",
             end,
         )
-    start_columns = columns_at(spark, table, start_snapshot_id)
-    if start_columns != end_columns:
+    if not known.same_schema and columns_at(spark, table, start_snapshot_id) != end_columns:
         return full(f"the columns of {label} changed between snapshots {start_snapshot_id} and {end}", end)
-    chain = snapshots_after(history, start_snapshot_id, end)
-    reason = _why_not_changelog(label, start_snapshot_id, end, chain)
+    reason = _why_not_changelog(label, start_snapshot_id, end, known.chain)
     if reason is None:
         try:
             _create_changelog_view(spark, table, view_name, columns, start_snapshot_id, end)
@@ -164,20 +160,6 @@ def _why_not_changelog(label: str, start: int, end: int, chain: list[Snapshot] |
     return None
 
 
-def _procedure_target(spark: SparkSession, table: TableName) -> tuple[str, str]:
-    """(catalog, table within it) for a CALL of an Iceberg procedure."""
-    parts = name_parts(table)
-    if len(parts) >= 3:
-        return parts[0], ".".join(quote_identifier(p) for p in parts[1:])
-    return str(spark.catalog.currentCatalog()), quoted_name(parts)
-
-
-def _changelog_view_name(view_name: str) -> str:
-    """The procedure's own view: a plain identifier (it takes no quoting), unique per `view_name`."""
-    plain = re.sub(r"\W", "_", view_name)
-    return f"{plain}__changelog_{hashlib.sha1(view_name.encode()).hexdigest()[:8]}"
-
-
 def _create_changelog_view(
     spark: SparkSession,
     table: TableName,
@@ -189,24 +171,22 @@ def _create_changelog_view(
     if start == end:  # Iceberg rejects an empty range
         _create_empty_view(spark, table, view_name, columns)
         return
-    catalog, target = _procedure_target(spark, table)
-    raw_view = _changelog_view_name(view_name)
-    spark.sql(
-        f"CALL {quote_identifier(catalog)}.system.create_changelog_view("
-        f"table => {sql_string(target)}, "
-        f"options => map('start-snapshot-id', '{int(start)}', 'end-snapshot-id', '{int(end)}'), "
-        f"changelog_view => {sql_string(raw_view)})"
+    # The raw changelog scan: carried-over rows of copy-on-write rewrites are still in it, as a −1
+    # and a +1 of the same row in one commit. They cancel in any Z-set sum; `compacted_sql` drops
+    # them in the one shuffle it makes anyway (the changelog procedure would add a second one).
+    raw = (
+        spark.read.format("iceberg")
+        .option("start-snapshot-id", str(int(start)))
+        .option("end-snapshot-id", str(int(end)))
+        .load(f"{quoted_name(table)}.`changes`")
     )
     removed = ", ".join(f"'{t}'" for t in REMOVED_CHANGE_TYPES)
-    selected = ", ".join(quote_identifier(c) for c in columns)
-    spark.sql(
-        f"CREATE OR REPLACE TEMPORARY VIEW {quote_identifier(view_name)} AS "
-        f"SELECT {selected}, "
-        f"CAST(CASE WHEN `_change_type` IN ({removed}) THEN -1 ELSE 1 END AS INT) AS {quote_identifier(WEIGHT)}, "
+    raw.selectExpr(
+        *(quote_identifier(c) for c in columns),
+        f"CAST(CASE WHEN `_change_type` IN ({removed}) THEN -1 ELSE 1 END AS INT) AS {quote_identifier(WEIGHT)}",
         f"CAST(`_change_ordinal` AS BIGINT) * 2 + CASE WHEN `_change_type` IN ({removed}) THEN 0 ELSE 1 END "
-        f"AS {quote_identifier(SEQ)} "
-        f"FROM {quote_identifier(raw_view)}"
-    )
+        f"AS {quote_identifier(SEQ)}",
+    ).createOrReplaceTempView(quote_identifier(view_name))  # parsed as an identifier
 
 
 def _create_empty_view(

@@ -78,7 +78,7 @@ def _count(value: str | None) -> int:
         return 0
 
 
-def _load_iceberg_table(spark: SparkSession, table: TableName) -> Any:
+def load_table(spark: SparkSession, table: TableName) -> Any:
     """Iceberg's Java Table object, freshly loaded (another process may have committed)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
@@ -99,7 +99,7 @@ def is_iceberg_table(spark: SparkSession, table: TableName) -> bool:
     if not spark.catalog.tableExists(quoted_name(table)):
         return False
     try:
-        _load_iceberg_table(spark, table)
+        load_table(spark, table)
     except NotAnIcebergTable:
         return False
     return True
@@ -107,7 +107,7 @@ def is_iceberg_table(spark: SparkSession, table: TableName) -> bool:
 
 def current_version(spark: SparkSession, table: TableName) -> TableVersion:
     """The table's uuid and current snapshot id, read together from its latest metadata."""
-    loaded = _load_iceberg_table(spark, table)
+    loaded = load_table(spark, table)
     snapshot = loaded.currentSnapshot()
     return TableVersion(
         table_uuid=str(loaded.uuid().toString()),
@@ -156,6 +156,43 @@ def snapshots_after(known: Mapping[int, Snapshot], start: int, end: int) -> list
     return chain
 
 
+@dataclass(frozen=True)
+class Lineage:
+    """What a table's metadata says about a snapshot range, read through Iceberg's Java API (no Spark
+    job): whether both ends still exist, and the snapshots after `start` up to `end` (None when
+    `start` is not an ancestor of `end`)."""
+
+    start_exists: bool
+    end_exists: bool
+    chain: list[Snapshot] | None
+    same_schema: bool  # both ends have the same schema id
+
+
+def lineage(spark: SparkSession, table: TableName, start: int, end: int) -> Lineage:
+    """Follow parent links back from `end` to `start` (usually a few snapshots)."""
+    loaded = load_table(spark, table)
+    first, last = loaded.snapshot(int(start)), loaded.snapshot(int(end))
+    if first is None or last is None:
+        return Lineage(first is not None, last is not None, None, False)
+    chain: list[Snapshot] = []
+    current = last
+    while current is not None and int(current.snapshotId()) != int(start):
+        summary = current.summary()
+        parent = current.parentId()
+        chain.append(
+            Snapshot(
+                snapshot_id=int(current.snapshotId()),
+                parent_id=None if parent is None else int(parent),
+                operation=current.operation(),
+                committed_at=None,
+                summary={k: str(summary.get(k)) for k in DELETE_FILE_COUNTERS if summary.get(k) is not None},
+            )
+        )
+        current = None if parent is None else loaded.snapshot(parent)
+    chain.reverse()
+    return Lineage(True, True, chain if current is not None else None, first.schemaId() == last.schemaId())
+
+
 def columns_at(spark: SparkSession, table: TableName, snapshot_id: int | None) -> list[tuple[str, str]]:
     """(name, type) of the table's columns as of a snapshot (the current schema when None)."""
     version = "" if snapshot_id is None else f" VERSION AS OF {int(snapshot_id)}"
@@ -184,3 +221,9 @@ def create_state_view(
         f"CREATE OR REPLACE TEMPORARY VIEW {quote_identifier(view_name)} AS "
         + state_sql(table, snapshot_id, columns)
     )
+
+
+def total_records(spark: SparkSession, table: TableName, snapshot_id: int) -> int:
+    """Rows in the table at a snapshot, from its summary (0 when unknown)."""
+    snapshot = load_table(spark, table).snapshot(int(snapshot_id))
+    return 0 if snapshot is None else _count(snapshot.summary().get("total-records"))

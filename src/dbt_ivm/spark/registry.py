@@ -1,9 +1,8 @@
 """The catalog schema on Spark (default ``dbt_ivm``): Iceberg tables ``stream_tables`` and ``refresh_history``.
 
-A stream table's frontier is a map source → Iceberg snapshot id (−1: the source had no snapshot yet).
-A refresh that changes the stream table first records its *pending* frontier and the stream table's
-snapshot id before the MERGE; the next run compares that id with the table's current one to tell
-whether the MERGE committed (see ``runner._recover``).
+``stream_tables`` holds each stream table's definition (query, fingerprint, layout, sources) and is
+written only when a table is created or rebuilt. The frontier is not here: it is a property of the
+stream table's own commits (see ``commit``), so data and frontier cannot drift apart.
 
 Rows are written whole from a DataFrame (no hand-escaped literals). The registry uses merge-on-read
 deletes and snapshot isolation so refreshes of different stream tables can commit concurrently;
@@ -15,11 +14,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
-
-NO_SNAPSHOT = -1  # frontier value for a source that had no snapshot (never written) yet
 
 REGISTRY_PROPERTIES = (
     "'format-version'='2', 'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
@@ -31,9 +28,7 @@ REGISTRY_PROPERTIES = (
 STREAM_TABLES_COLUMNS = (
     "stream_table string, schema_name string, table_name string, defining_query string, "
     "fingerprint string, refresh_mode string, layout_kind string, differential_ok boolean, "
-    "unsupported_reason string, sources array<string>, frontier map<string,bigint>, "
-    "pending_frontier map<string,bigint>, pending_base_snapshot bigint, pending_action string, "
-    "created_at timestamp, refreshed_at timestamp"
+    "unsupported_reason string, sources array<string>, created_at timestamp"
 )
 
 HISTORY_COLUMNS = (
@@ -76,32 +71,7 @@ class Registration:
     differential_ok: bool
     unsupported_reason: str | None
     sources: list[str]
-    frontier: dict[str, int] | None  # None: unknown, the next refresh is FULL
-    pending_frontier: dict[str, int] | None = None
-    pending_base_snapshot: int | None = None
-    pending_action: str | None = None
     created_at: datetime = field(default_factory=datetime.now)
-    refreshed_at: datetime | None = None
-
-    @property
-    def pending(self) -> bool:
-        return self.pending_frontier is not None
-
-    def with_frontier(self, frontier: dict[str, int] | None) -> Registration:
-        """Committed: the new frontier, no pending refresh."""
-        return replace(
-            self,
-            frontier=frontier,
-            pending_frontier=None,
-            pending_base_snapshot=None,
-            pending_action=None,
-            refreshed_at=datetime.now(),
-        )
-
-    def with_pending(self, frontier: dict[str, int], base_snapshot: int, action: str) -> Registration:
-        return replace(
-            self, pending_frontier=frontier, pending_base_snapshot=base_snapshot, pending_action=action
-        )
 
 
 # One registry commit at a time per process: dbt's threads share one session, and the embedded Hive

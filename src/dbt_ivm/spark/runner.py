@@ -9,12 +9,11 @@ changelog, else a diff of the two snapshots), push them through the delta rules 
 SQL, and MERGE the row delta into the stream table. The other sources are read AS OF the same end
 snapshots, so the batch is exact even while writers keep committing.
 
-Atomicity without transactions across tables: before the MERGE, the registry records the pending
-frontier and the stream table's snapshot id; after it, the frontier moves and the pending record is
-cleared. A run that finds a pending record compares snapshot ids: the stream table moved, so the
-MERGE committed and only the frontier is advanced; it did not, so the batch is redone. A rebuild
-first clears the frontier, so a crash mid-rebuild leads to a FULL refresh (a diff), never to a
-batch applied twice.
+Atomicity without transactions across tables: the frontier is stamped on the stream table's own
+commits (``commit.Stamp``), so the MERGE that applies a batch also records it as applied, in one
+Iceberg commit. A run killed before that commit redoes the batch; one killed after it finds the new
+frontier. A rebuild writes the registry first, then the table with its stamp: a crash in between
+leaves either no table (CREATE) or a table stamped with another query's fingerprint (REBUILD).
 
 Crash points for tests: ``DBT_IVM_SPARK_KILL_AT`` names one of ``KILL_POINTS``; the process group is
 SIGKILLed there (``during_merge`` kills from a timer ``DBT_IVM_SPARK_KILL_DELAY`` seconds into the
@@ -37,19 +36,20 @@ from typing import Any
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.contents import call_probe_sql, contents_sql
 from dbt_ivm.delta import Bindings, row_delta
-from dbt_ivm.delta.compact import compacted_sql
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
 from dbt_ivm.layout import Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_of
 from dbt_ivm.spark import apply as spark_apply
-from dbt_ivm.spark import registry
+from dbt_ivm.spark import registry, source_changes
 from dbt_ivm.spark.apply import TempViews, bt
-from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable, current_snapshot
+from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable
+from dbt_ivm.spark.commit import Stamp, commit_with, current_stamp, stamp_without_data
+from dbt_ivm.spark.iceberg import current_snapshot_id
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
-from dbt_ivm.sqltext import SEQ, WEIGHT, q, qn, render
+from dbt_ivm.sqltext import q, qn, render
 
-KILL_POINTS = ("before_pending", "before_merge", "during_merge", "after_merge", "after_frontier")
+KILL_POINTS = ("before_changes", "before_merge", "during_merge", "after_merge", "after_history")
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -81,6 +81,10 @@ def _key(spec: StreamTableSpec) -> str:
 def _relation(spec: StreamTableSpec) -> str:
     """The stream table in PostgreSQL spelling (what the engine's SQL is written with)."""
     return qn(spec.schema, spec.name)
+
+
+def _parts(spec: StreamTableSpec) -> tuple[str, str]:
+    return (spec.schema, spec.name)
 
 
 def _spark_relation(spec: StreamTableSpec) -> str:
@@ -168,13 +172,16 @@ def _table_exists(spark: Any, spec: StreamTableSpec) -> bool:
 def _run(spark: Any, spec: StreamTableSpec, views: TempViews, started: float) -> RefreshResult:
     registered = registry.lookup(spark, spec.catalog_schema, _key(spec))
     exists = _table_exists(spark, spec)
-    if registered is not None and exists and registered.pending:
-        registered = _recover(spark, spec, registered)
     if registered is None or not exists:
         action = "CREATE" if not exists else "REBUILD"
         return _build(spark, spec, views, spec.sql, registered, action, "first run", started)
     if spec.full_refresh:
         return _build(spark, spec, views, spec.sql, registered, "REBUILD", "--full-refresh", started)
+    _, stamp = current_stamp(spark, _parts(spec))
+    if stamp is not None and stamp.fingerprint != registered.fingerprint:
+        # A rebuild died between registering the new query and creating its table.
+        reason = "the stream table was built from another definition (an interrupted rebuild)"
+        return _build(spark, spec, views, registered.defining_query, registered, "REBUILD", reason, started)
     if registered.fingerprint != fingerprint(spec.sql):
         if spec.on_configuration_change == "fail":
             raise IvmError(
@@ -185,32 +192,23 @@ def _run(spark: Any, spec: StreamTableSpec, views: TempViews, started: float) ->
             return _build(
                 spark, spec, views, spec.sql, registered, "REBUILD", "defining query changed", started
             )
-        result = _refresh(spark, spec, views, registered.defining_query, registered, started)
+        result = _refresh(spark, spec, views, registered, stamp, started)
         result.warnings.append(
             f"model {spec.model}: the defining query changed; on_configuration_change='continue' keeps "
             "maintaining the previous query until --full-refresh"
         )
         return result
-    return _refresh(spark, spec, views, registered.defining_query, registered, started)
-
-
-def _recover(spark: Any, spec: StreamTableSpec, registered: registry.Registration) -> registry.Registration:
-    """A previous run died between recording a pending refresh and clearing it: settle it."""
-    now = current_snapshot(spark, _spark_relation(spec))
-    if now != registered.pending_base_snapshot:
-        # The stream table moved past the recorded snapshot: that MERGE committed; keep its frontier.
-        settled = registered.with_frontier(registered.pending_frontier)
-    else:
-        settled = registered.with_frontier(registered.frontier)  # it did not: redo the batch
-    registry.save(spark, spec.catalog_schema, settled)
-    return settled
+    return _refresh(spark, spec, views, registered, stamp, started)
 
 
 def _snapshots(spark: Any, sources: list[SparkTable]) -> dict[str, int]:
     """Each Iceberg source's current snapshot id: the end of this batch."""
-    return {
-        s.info.qualified: current_snapshot(spark, _source_relation(s.info)) for s in sources if s.is_iceberg
-    }
+    ends: dict[str, int] = {}
+    for source in sources:
+        if source.is_iceberg:
+            snapshot_id = current_snapshot_id(spark, (source.info.schema, source.info.name))
+            ends[source.info.qualified] = NO_SNAPSHOT if snapshot_id is None else snapshot_id
+    return ends
 
 
 def _current_bindings(views: TempViews, sources: list[SparkTable], ends: dict[str, int]) -> dict[str, str]:
@@ -248,14 +246,8 @@ def _build(
     started: float,
 ) -> RefreshResult:
     compiled = compile_query(spark, spec, sql)
-    if registered is not None:
-        # A crash between the drop and the new registration must not leave the old frontier.
-        registry.save(spark, spec.catalog_schema, registered.with_frontier(None))
     ends = _snapshots(spark, compiled.sources)
     layout, contents = _contents(views, compiled, sql, ends)
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {bt(spec.schema)}")
-    spark.sql(f"DROP TABLE IF EXISTS {_spark_relation(spec)}")
-    rows = spark_apply.create_table(spark, _relation(spec), layout, contents)
     registration = registry.Registration(
         stream_table=_key(spec),
         schema_name=spec.schema,
@@ -267,11 +259,16 @@ def _build(
         differential_ok=compiled.plan is not None,
         unsupported_reason=str(compiled.unsupported) if compiled.unsupported else None,
         sources=[s.info.qualified for s in compiled.sources],
-        frontier=ends,
     )
     if registered is not None:
         registration.created_at = registered.created_at
-    registry.save(spark, spec.catalog_schema, registration.with_frontier(ends))
+    # Registry first: a crash before the table exists again is a CREATE; one before the old table is
+    # dropped leaves a table stamped with the old fingerprint, which the next run rebuilds.
+    registry.save(spark, spec.catalog_schema, registration)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {bt(spec.schema)}")
+    spark.sql(f"DROP TABLE IF EXISTS {_spark_relation(spec)}")
+    stamp = Stamp(ends, registration.fingerprint)
+    rows = spark_apply.create_table(spark, _parts(spec), layout, contents, stamp)
     result = RefreshResult(action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=rows)
     result.reason = reason if action != "CREATE" else None
     if compiled.unsupported is not None:
@@ -299,29 +296,33 @@ def _refresh(
     spark: Any,
     spec: StreamTableSpec,
     views: TempViews,
-    sql: str,
     registered: registry.Registration,
+    stamp: Stamp | None,
     started: float,
 ) -> RefreshResult:
+    sql = registered.defining_query
     compiled = compile_query(spark, spec, sql)
     ends = _snapshots(spark, compiled.sources)
-    reason = _full_reason(spec, compiled, registered, ends)
+    frontier = None if stamp is None else stamp.frontier
+    reason = _full_reason(spec, compiled, frontier, ends)
     changed = [
         s
         for s in compiled.sources
-        if registered.frontier and ends.get(s.info.qualified) != registered.frontier.get(s.info.qualified)
+        if frontier and ends.get(s.info.qualified) != frontier.get(s.info.qualified)
     ]
     if reason is None and not changed:
         result = RefreshResult(action="SKIP", reason="no changes")
         result.seconds = time.monotonic() - started
         _history(spark, spec, result, 0)
         return result
+    _kill_point("before_changes")
     changes = 0
     delta: str | None = None
     if reason is None:
-        assert compiled.plan is not None and compiled.layout is not None and registered.frontier is not None
+        assert compiled.plan is not None and compiled.layout is not None and frontier is not None
         bindings = Bindings(current=_current_bindings(views, compiled.sources, ends))
-        reason, changes = _bind_changes(spark, spec, views, registered.frontier, ends, changed, bindings)
+        batch = source_changes.bind(spark, views, spec, frontier, ends, changed, bindings)
+        reason, changes = batch.full_reason, batch.changes_read
         if reason is None:
             delta = row_delta(
                 compiled.plan, compiled.layout, bindings, _relation(spec), False, compiled.call_types
@@ -335,8 +336,9 @@ def _refresh(
         result = RefreshResult(action="FULL", reason=reason)
         layout, contents = _contents(views, compiled, sql, ends)
         delta = spark_apply.full_delta_sql(relation, layout, contents)
+    new_stamp = Stamp(ends, registered.fingerprint)
     if delta is None:  # no changed source reaches the result
-        registry.save(spark, spec.catalog_schema, registered.with_frontier(ends))
+        stamp_without_data(spark, _parts(spec), new_stamp)
     else:
         prepared = spark_apply.prepare(spark, views, relation, layout, delta)
         result.rows_inserted, result.rows_updated, result.rows_deleted = (
@@ -344,44 +346,32 @@ def _refresh(
             prepared.updated,
             prepared.deleted,
         )
-        _commit(spark, spec, registered, ends, prepared, result.action)
+        _commit(spark, spec, prepared, new_stamp)
     result.seconds = time.monotonic() - started
     _history(spark, spec, result, changes)
+    _kill_point("after_history")
     if spec.refresh_mode == "differential" and result.action == "FULL":
         result.warnings.append(f"model {spec.model}: differential refresh fell back to FULL: {result.reason}")
     return result
 
 
-def _commit(
-    spark: Any,
-    spec: StreamTableSpec,
-    registered: registry.Registration,
-    ends: dict[str, int],
-    prepared: spark_apply.Prepared,
-    action: str,
-) -> None:
-    """MERGE the prepared rows and move the frontier, recoverably (see the module docstring)."""
+def _commit(spark: Any, spec: StreamTableSpec, prepared: spark_apply.Prepared, stamp: Stamp) -> None:
+    """MERGE the prepared rows; the same commit records the new frontier (see the module docstring)."""
     if not prepared.changes_anything:
-        registry.save(spark, spec.catalog_schema, registered.with_frontier(ends))
+        stamp_without_data(spark, _parts(spec), stamp)
         return
-    base = current_snapshot(spark, _spark_relation(spec))
-    _kill_point("before_pending")
-    pending = registered.with_pending(ends, base, action)
-    registry.save(spark, spec.catalog_schema, pending)
     _kill_point("before_merge")
     timer = None
     if os.environ.get("DBT_IVM_SPARK_KILL_AT") == "during_merge":
         delay = float(os.environ.get("DBT_IVM_SPARK_KILL_DELAY", "0.5"))
         timer = threading.Timer(delay, lambda: os.killpg(os.getpgid(0), signal.SIGKILL))
         timer.start()
-    spark.sql(prepared.merge)
+    commit_with(spark, _parts(spec), stamp, lambda: spark.sql(prepared.merge))
     _kill_point("after_merge")
-    registry.save(spark, spec.catalog_schema, pending.with_frontier(ends))
-    _kill_point("after_frontier")
 
 
 def _full_reason(
-    spec: StreamTableSpec, compiled: Compiled, registered: registry.Registration, ends: dict[str, int]
+    spec: StreamTableSpec, compiled: Compiled, frontier: dict[str, int] | None, ends: dict[str, int]
 ) -> str | None:
     """Why this refresh must be FULL (None: differential may proceed)."""
     if spec.refresh_mode == "full":
@@ -391,105 +381,15 @@ def _full_reason(
     if compiled.not_iceberg:
         names = ", ".join(f"{s.info.qualified} ({s.provider or 'unknown'})" for s in compiled.not_iceberg)
         return f"not Iceberg tables, no change history: {names}"
-    if registered.frontier is None:
-        return "no frontier recorded"
-    missing = [name for name in ends if name not in registered.frontier]
+    if frontier is None:
+        return (
+            "the stream table's current snapshot carries no dbt-ivm frontier (it was written outside "
+            "dbt-ivm, or restored)"
+        )
+    missing = [name for name in ends if name not in frontier]
     if missing:
         return f"no frontier recorded for {', '.join(missing)}"
     return None
-
-
-def _bind_changes(
-    spark: Any,
-    spec: StreamTableSpec,
-    views: TempViews,
-    frontier: dict[str, int],
-    ends: dict[str, int],
-    changed: list[SparkTable],
-    bindings: Bindings,
-) -> tuple[str | None, int]:
-    """Bind each changed source's compacted changes; returns (why FULL instead, or None; changes read)."""
-    total = 0
-    for index, source in enumerate(changed):
-        name = source.info.qualified
-        raw, failure = _changes_between(spark, views, source.info, frontier[name], ends[name], index)
-        if raw is None:
-            return failure, total
-        columns = source.info.column_names()
-        compacted = compacted_sql(q(raw), columns, source.info.primary_key)
-        delta_view = views.pinned(f"delta{index}", render(compacted, "spark"))
-        count = int(spark.sql(f"SELECT COUNT(*) FROM {bt(delta_view)}").collect()[0][0])
-        total += count
-        bindings.delta[name] = q(delta_view)
-        if spec.refresh_mode == "auto":
-            size = _row_count(spark, source.info, ends[name])
-            if size > 0 and count > spec.full_refresh_threshold * size:
-                return (
-                    f"{count} changes to {name} exceed full_refresh_threshold="
-                    f"{spec.full_refresh_threshold} of its {size} rows",
-                    total,
-                )
-    return None, total
-
-
-def _row_count(spark: Any, source: TableInfo, snapshot: int) -> int:
-    row = spark.sql(
-        f"SELECT summary['total-records'] FROM {_source_relation(source)}.`snapshots` "
-        f"WHERE snapshot_id = {snapshot}"
-    ).collect()
-    return int(row[0][0]) if row and row[0][0] is not None else 0
-
-
-def _changes_between(
-    spark: Any, views: TempViews, source: TableInfo, start: int, end: int, index: int
-) -> tuple[str | None, str | None]:
-    """Raw changes of `source` after snapshot `start` up to `end`: a temp view of its columns,
-    ``__ivm_weight`` (±1) and ``__ivm_seq``. Returns (view, None) or (None, why FULL instead).
-
-    Iceberg's changelog first; when it cannot serve (merge-on-read delete files, ...), a diff of the
-    two snapshots; when the start snapshot is gone (expired, table replaced), FULL.
-    """
-    relation = _source_relation(source)
-    columns = ", ".join(bt(c) for c in source.column_names())
-    if start == NO_SNAPSHOT:  # the source was never written before: everything at `end` is new
-        view = views.view(
-            f"raw{index}",
-            f"SELECT {columns}, 1 AS {bt(WEIGHT)}, 0 AS {bt(SEQ)} FROM {relation} VERSION AS OF {end}",
-        )
-        return view, None
-    changelog = views.name(f"changelog{index}")
-    table_name = f"{source.schema}.{source.name}"
-    catalog = str(spark.catalog.currentCatalog())
-    try:
-        spark.sql(
-            f"CALL {bt(catalog)}.system.create_changelog_view(table => '{table_name}', "
-            f"options => map('start-snapshot-id', '{start}', 'end-snapshot-id', '{end}'), "
-            f"changelog_view => '{changelog}')"
-        )
-        view = views.view(
-            f"raw{index}",
-            f"SELECT {columns}, CASE WHEN `_change_type` IN ('DELETE', 'UPDATE_BEFORE') THEN -1 ELSE 1 END "
-            f"AS {bt(WEIGHT)}, `_change_ordinal` AS {bt(SEQ)} FROM {bt(changelog)}",
-        )
-        spark.sql(f"SELECT 1 FROM {bt(view)} LIMIT 1").collect()  # planning errors surface here
-        return view, None
-    except Exception as changelog_error:
-        reason = str(changelog_error).strip().splitlines()[0][:300]
-    try:
-        before = f"SELECT {columns} FROM {relation} VERSION AS OF {start}"
-        after = f"SELECT {columns} FROM {relation} VERSION AS OF {end}"
-        view = views.pinned(
-            f"raw{index}",
-            f"SELECT {columns}, 1 AS {bt(WEIGHT)}, 0 AS {bt(SEQ)} FROM ({after} EXCEPT ALL {before}) "
-            f"UNION ALL SELECT {columns}, -1 AS {bt(WEIGHT)}, 0 AS {bt(SEQ)} FROM ({before} EXCEPT ALL {after})",
-        )
-        return view, None
-    except Exception as diff_error:
-        detail = str(diff_error).strip().splitlines()[0][:300]
-        return (
-            None,
-            f"changes of {source.qualified} since snapshot {start} are unavailable ({reason}; {detail})",
-        )
 
 
 def drop_stream_table(spark: Any, schema: str, name: str, catalog_schema: str = "dbt_ivm") -> None:

@@ -1,0 +1,115 @@
+"""A stream table's frontier travels inside its own Iceberg commits.
+
+Every commit dbt-ivm makes to a stream table (the CREATE TABLE … AS, each MERGE, an empty append
+when a batch changes no row) carries two snapshot-summary properties:
+
+* ``dbt-ivm.frontier`` — JSON map source → snapshot id: the source states the table now reflects;
+* ``dbt-ivm.fingerprint`` — which defining query produced it.
+
+So the data and its frontier move in one atomic commit: a refresh killed before the commit left
+the old snapshot (and frontier) current, one killed after it left the new one. Nothing to recover,
+no batch applied twice. A current snapshot *without* the properties was written by someone else
+(DML by hand, a restore): its frontier is unknown and the next refresh is FULL.
+
+Spark SQL has no syntax for snapshot properties on MERGE; Iceberg's ``CommitMetadata`` sets them
+for every commit the calling JVM thread makes inside a callback. PySpark's pinned-thread mode (its
+default) runs our Python callback's SQL on that same JVM thread; `commit_with` checks the result, so
+a session that does not pin threads gets an error rather than a silently missing frontier.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dbt_ivm.errors import IvmError
+from dbt_ivm.spark.iceberg import TableName, load_table
+
+FRONTIER_PROPERTY = "dbt-ivm.frontier"
+FINGERPRINT_PROPERTY = "dbt-ivm.fingerprint"
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a stream-table commit records: the frontier and the query it belongs to."""
+
+    frontier: dict[str, int]
+    fingerprint: str
+
+    def properties(self) -> dict[str, str]:
+        return {
+            FRONTIER_PROPERTY: json.dumps(self.frontier, sort_keys=True),
+            FINGERPRINT_PROPERTY: self.fingerprint,
+        }
+
+
+def current_stamp(spark: Any, table: TableName) -> tuple[int | None, Stamp | None]:
+    """The table's current snapshot id and the stamp it carries (None: not written by dbt-ivm)."""
+    snapshot = load_table(spark, table).currentSnapshot()
+    if snapshot is None:
+        return None, None
+    return int(snapshot.snapshotId()), _stamp_of(snapshot.summary())
+
+
+def _stamp_of(summary: Any) -> Stamp | None:
+    frontier, fingerprint = summary.get(FRONTIER_PROPERTY), summary.get(FINGERPRINT_PROPERTY)
+    if frontier is None or fingerprint is None:
+        return None
+    return Stamp({str(k): int(v) for k, v in json.loads(str(frontier)).items()}, str(fingerprint))
+
+
+class _Callback:
+    """A java.util.concurrent.Callable that runs a Python action and keeps its exception."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action = action
+        self.error: BaseException | None = None
+
+    def call(self) -> None:
+        try:
+            self.action()
+        except BaseException as error:  # re-raised in Python with its own message and type
+            self.error = error
+            raise
+
+    class Java:
+        implements = ["java.util.concurrent.Callable"]
+
+
+def commit_with(spark: Any, table: TableName, stamp: Stamp, action: Callable[[], None]) -> int:
+    """Run `action` (Spark SQL committing to `table`) so its commit carries `stamp`; returns the
+    new snapshot id. Raises IvmError when the commit went through without the stamp."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    context = spark.sparkContext
+    ensure_callback_server_started(context._gateway)  # type: ignore[no-untyped-call]
+    jvm = context._jvm
+    properties = jvm.java.util.HashMap()
+    for key, value in stamp.properties().items():
+        properties.put(key, value)
+    callback = _Callback(action)
+    try:
+        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+            properties, callback, jvm.java.lang.RuntimeException().getClass()
+        )
+    except Exception:
+        if callback.error is not None:
+            raise callback.error from None
+        raise
+    snapshot_id, stored = current_stamp(spark, table)
+    if stored != stamp or snapshot_id is None:
+        raise IvmError(
+            f"the commit to {table} did not record dbt-ivm's frontier (PySpark must run with pinned "
+            "threads, its default: unset PYSPARK_PIN_THREAD); the next refresh will be FULL"
+        )
+    return snapshot_id
+
+
+def stamp_without_data(spark: Any, table: TableName, stamp: Stamp) -> None:
+    """Move the frontier when a batch changes no row: an empty append carrying only the stamp."""
+    append = load_table(spark, table).newAppend()
+    for key, value in stamp.properties().items():
+        append = append.set(key, value)
+    append.commit()

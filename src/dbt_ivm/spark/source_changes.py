@@ -1,0 +1,70 @@
+"""One refresh's batch on Spark: each changed source's net changes since the frontier, pinned.
+
+For every source whose snapshot moved, the raw changes between the frontier snapshot and the batch's
+end snapshot (``changelog.create_change_view``) are compacted per primary key with carried-over rows
+cancelled (``compacted_sql``), computed once and kept (``TempViews.pinned``), and bound as the
+source's delta. Anything that makes the batch unreadable — an expired start snapshot, a changed
+schema, too many changes for ``full_refresh_threshold`` — becomes the reason for a FULL refresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dbt_ivm.delta import Bindings
+from dbt_ivm.delta.compact import compacted_sql
+from dbt_ivm.spark.apply import TempViews, bt
+from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable
+from dbt_ivm.spark.changelog import create_change_view
+from dbt_ivm.spark.iceberg import total_records
+from dbt_ivm.spec import StreamTableSpec
+from dbt_ivm.sqltext import q, render
+
+
+@dataclass(frozen=True)
+class Batch:
+    full_reason: str | None  # None: every changed source is bound in the bindings' deltas
+    changes_read: int
+
+
+def bind(
+    spark: Any,
+    views: TempViews,
+    spec: StreamTableSpec,
+    frontier: dict[str, int],
+    ends: dict[str, int],
+    changed: list[SparkTable],
+    bindings: Bindings,
+) -> Batch:
+    """Bind each changed source's compacted changes into `bindings.delta`."""
+    total = 0
+    for index, source in enumerate(changed):
+        name = source.info.qualified
+        table = (source.info.schema, source.info.name)
+        start, end = frontier[name], ends[name]
+        change = create_change_view(
+            spark,
+            table,
+            views.name(f"raw{index}"),
+            None if start == NO_SNAPSHOT else start,
+            None if end == NO_SNAPSHOT else end,
+        )
+        if change.view is None:
+            return Batch(f"changes of {name} are unavailable: {change.reason}", total)
+        compacted = compacted_sql(
+            q(change.view), source.info.column_names(), source.info.primary_key, cancel_identical=True
+        )
+        delta_view = views.pinned(f"delta{index}", render(compacted, "spark"))
+        count = int(spark.sql(f"SELECT COUNT(*) FROM {bt(delta_view)}").collect()[0][0])
+        total += count
+        bindings.delta[name] = q(delta_view)
+        if spec.refresh_mode == "auto" and end != NO_SNAPSHOT:
+            size = total_records(spark, table, end)
+            if size > 0 and count > spec.full_refresh_threshold * size:
+                return Batch(
+                    f"{count} changes to {name} exceed full_refresh_threshold="
+                    f"{spec.full_refresh_threshold} of its {size} rows",
+                    total,
+                )
+    return Batch(None, total)
