@@ -58,3 +58,39 @@ def merge_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> s
         f"WHEN NOT MATCHED AND r.{q(WEIGHT)} > 0 THEN INSERT ({', '.join(q(c) for c in insert_columns)}) "
         f"VALUES ({', '.join(f'r.{q(c)}' for c in insert_columns)})"
     )
+
+
+ACTION = "__ivm_action"
+
+
+def classified_rows_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> str:
+    """The consolidated rows that change something, each with what the MERGE will do to it:
+    'I' insert, 'U' update (values differ), 'D' delete. Decided once against the stream table, so
+    counting them and the MERGE (`classified_merge_sql`) need no second look at its rows."""
+    columns = ", ".join(f"r.{q(c)}" for c in layout.columns)
+    present = f"t.{q('__ivm_present')}"
+    action = (
+        f"CASE WHEN r.{q(WEIGHT)} < 0 THEN CASE WHEN {present} THEN 'D' END "
+        f"WHEN {present} IS NULL THEN 'I' "
+        f"WHEN NOT ({same_values_sql('t', 'r', layout.columns)}) THEN 'U' END"
+    )
+    hashed = f", r.{q(HASH)}" if use_hash and layout.key else ""
+    return (
+        f"SELECT * FROM (SELECT {columns}{hashed}, {action} AS {q(ACTION)} "
+        f"FROM {rows} AS r LEFT JOIN (SELECT *, TRUE AS {q('__ivm_present')} FROM {stream_table}) AS t "
+        f"ON {_match(layout, use_hash)}) AS {q('__ivm_classified')} WHERE {q(ACTION)} IS NOT NULL"
+    )
+
+
+def classified_merge_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> str:
+    """The MERGE of `classified_rows_sql`'s rows: each does what its action says."""
+    columns = list(layout.columns)
+    insert_columns = columns + ([HASH] if use_hash and layout.key else [])
+    updates = ", ".join(f"{q(c)} = r.{q(c)}" for c in columns)
+    return (
+        f"MERGE INTO {stream_table} AS t USING {rows} AS r ON {_match(layout, use_hash)}\n"
+        f"WHEN MATCHED AND r.{q(ACTION)} = 'D' THEN DELETE\n"
+        f"WHEN MATCHED AND r.{q(ACTION)} = 'U' THEN UPDATE SET {updates}\n"
+        f"WHEN NOT MATCHED AND r.{q(ACTION)} = 'I' THEN INSERT ({', '.join(q(c) for c in insert_columns)}) "
+        f"VALUES ({', '.join(f'r.{q(c)}' for c in insert_columns)})"
+    )

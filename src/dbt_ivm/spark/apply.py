@@ -21,11 +21,6 @@ from dbt_ivm.sqltext import WEIGHT, q, qn, render
 STREAM_TABLE_PROPERTIES = "'format-version'='2'"
 
 
-def spark_sql(spark: Any, pg_sql: str) -> Any:
-    """Run SQL written in PostgreSQL spelling on Spark; returns the DataFrame."""
-    return spark.sql(render(pg_sql, "spark"))
-
-
 def bt(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
@@ -108,9 +103,14 @@ def prepare(spark: Any, views: TempViews, relation: str, layout: Layout, delta: 
         ).collect()[0]
         merge = render(multiset.merge_sql(layout, q(ops), relation, False), "spark")
         return Prepared(int(row[0]), 0, int(row[1]), merge)
-    rows = views.pinned("rows", render(keyed.consolidated_rows_sql(layout, delta, False), "spark"))
-    counts = spark_sql(spark, keyed.counts_sql(layout, q(rows), relation, False)).collect()[0]
-    merge = render(keyed.merge_sql(layout, q(rows), relation, False), "spark")
+    consolidated = f"({keyed.consolidated_rows_sql(layout, delta, False)})"
+    classified = keyed.classified_rows_sql(layout, consolidated, relation, False)
+    rows = views.pinned("rows", render(classified, "spark"))
+    action = bt(keyed.ACTION)
+    counts = spark.sql(
+        f"SELECT COUNT_IF({action} = 'I'), COUNT_IF({action} = 'U'), COUNT_IF({action} = 'D') FROM {bt(rows)}"
+    ).collect()[0]
+    merge = render(keyed.classified_merge_sql(layout, q(rows), relation, False), "spark")
     return Prepared(int(counts[0]), int(counts[1]), int(counts[2]), merge)
 
 

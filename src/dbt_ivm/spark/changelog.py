@@ -178,7 +178,7 @@ def _create_changelog_view(
         spark.read.format("iceberg")
         .option("start-snapshot-id", str(int(start)))
         .option("end-snapshot-id", str(int(end)))
-        .load(f"{quoted_name(table)}.`changes`")
+        .table(f"{quoted_name(table)}.`changes`")  # format(...).load(name) misses Hadoop catalogs
     )
     removed = ", ".join(f"'{t}'" for t in REMOVED_CHANGE_TYPES)
     raw.selectExpr(

@@ -317,12 +317,14 @@ def _refresh(
         return result
     _kill_point("before_changes")
     changes = 0
+    slow_paths: str | None = None
     delta: str | None = None
     if reason is None:
         assert compiled.plan is not None and compiled.layout is not None and frontier is not None
         bindings = Bindings(current=_current_bindings(views, compiled.sources, ends))
         batch = source_changes.bind(spark, views, spec, frontier, ends, changed, bindings)
         reason, changes = batch.full_reason, batch.changes_read
+        slow_paths = "; ".join(batch.slow_paths) or None
         if reason is None:
             delta = row_delta(
                 compiled.plan, compiled.layout, bindings, _relation(spec), False, compiled.call_types
@@ -330,7 +332,7 @@ def _refresh(
     relation = _relation(spec)
     if reason is None:
         assert compiled.layout is not None
-        result = RefreshResult(action="DIFFERENTIAL")
+        result = RefreshResult(action="DIFFERENTIAL", reason=slow_paths)
         layout = compiled.layout
     else:
         result = RefreshResult(action="FULL", reason=reason)
@@ -366,8 +368,25 @@ def _commit(spark: Any, spec: StreamTableSpec, prepared: spark_apply.Prepared, s
         delay = float(os.environ.get("DBT_IVM_SPARK_KILL_DELAY", "0.5"))
         timer = threading.Timer(delay, lambda: os.killpg(os.getpgid(0), signal.SIGKILL))
         timer.start()
-    commit_with(spark, _parts(spec), stamp, lambda: spark.sql(prepared.merge))
+    commit_with(spark, _parts(spec), stamp, lambda: _merge(spark, prepared.merge))
     _kill_point("after_merge")
+
+
+# Spark's runtime group filter first joins the batch with the stream table to find the files to
+# rewrite: one more scan of the table, for a batch that touches most of its few files anyway.
+GROUP_FILTER = "spark.sql.optimizer.runtime.rowLevelOperationGroupFilter.enabled"
+
+
+def _merge(spark: Any, merge: str) -> None:
+    previous = spark.conf.get(GROUP_FILTER, None)
+    spark.conf.set(GROUP_FILTER, "false")
+    try:
+        spark.sql(merge)
+    finally:
+        if previous is None:
+            spark.conf.unset(GROUP_FILTER)
+        else:
+            spark.conf.set(GROUP_FILTER, previous)
 
 
 def _full_reason(

@@ -26,6 +26,7 @@ from dbt_ivm.sqltext import q, render
 class Batch:
     full_reason: str | None  # None: every changed source is bound in the bindings' deltas
     changes_read: int
+    slow_paths: tuple[str, ...] = ()  # sources read by a snapshot diff, and why (the refresh's reason)
 
 
 def bind(
@@ -39,6 +40,7 @@ def bind(
 ) -> Batch:
     """Bind each changed source's compacted changes into `bindings.delta`."""
     total = 0
+    slow_paths: list[str] = []
     for index, source in enumerate(changed):
         name = source.info.qualified
         table = (source.info.schema, source.info.name)
@@ -52,6 +54,8 @@ def bind(
         )
         if change.view is None:
             return Batch(f"changes of {name} are unavailable: {change.reason}", total)
+        if change.path == "snapshot_diff":
+            slow_paths.append(f"changes of {name} read as a snapshot diff: {change.reason}")
         compacted = compacted_sql(
             q(change.view), source.info.column_names(), source.info.primary_key, cancel_identical=True
         )
@@ -67,4 +71,4 @@ def bind(
                     f"{spec.full_refresh_threshold} of its {size} rows",
                     total,
                 )
-    return Batch(None, total)
+    return Batch(None, total, tuple(slow_paths))
