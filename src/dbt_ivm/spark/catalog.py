@@ -91,10 +91,3 @@ def _primary_key(properties: dict[str, str], columns: list[str]) -> tuple[str, .
     key = tuple(part.strip() for part in text.split(",") if part.strip())
     by_lower = {c.lower(): c for c in columns}
     return tuple(by_lower.get(k.lower(), k) for k in key)
-
-
-def current_snapshot(spark: Any, relation: str) -> int:
-    """The table's current snapshot id (NO_SNAPSHOT when nothing was ever committed)."""
-    spark.sql(f"REFRESH TABLE {relation}")
-    value = _properties(spark, relation).get("current-snapshot-id", "none")
-    return NO_SNAPSHOT if value in ("none", "", "null") else int(value)

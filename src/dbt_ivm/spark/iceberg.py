@@ -21,6 +21,8 @@ TableName = str | Sequence[str]
 
 # Snapshot summary counters that mean "this snapshot has delete files" (merge-on-read).
 DELETE_FILE_COUNTERS = ("total-delete-files", "added-delete-files", "removed-delete-files")
+# Row images a snapshot added and removed: its changelog's size (copy-on-write: whole files).
+RECORD_COUNTERS = ("added-records", "deleted-records")
 
 
 class NotAnIcebergTable(IvmError):
@@ -69,6 +71,11 @@ class Snapshot:
     def has_delete_files(self) -> bool:
         """Delete files are live in (or were added or removed by) this snapshot: merge-on-read."""
         return any(_count(self.summary.get(k)) > 0 for k in DELETE_FILE_COUNTERS)
+
+    @property
+    def changed_records(self) -> int:
+        """Row images this snapshot added plus those it removed (0 when the summary lacks them)."""
+        return sum(_count(self.summary.get(k)) for k in RECORD_COUNTERS)
 
 
 def _count(value: str | None) -> int:
@@ -185,7 +192,11 @@ def lineage(spark: SparkSession, table: TableName, start: int, end: int) -> Line
                 parent_id=None if parent is None else int(parent),
                 operation=current.operation(),
                 committed_at=None,
-                summary={k: str(summary.get(k)) for k in DELETE_FILE_COUNTERS if summary.get(k) is not None},
+                summary={
+                    k: str(summary.get(k))
+                    for k in (*DELETE_FILE_COUNTERS, *RECORD_COUNTERS)
+                    if summary.get(k) is not None
+                },
             )
         )
         current = None if parent is None else loaded.snapshot(parent)

@@ -5,6 +5,12 @@ end snapshot (``changelog.create_change_view``) are compacted per primary key wi
 cancelled (``compacted_sql``), computed once and kept (``TempViews.pinned``), and bound as the
 source's delta. Anything that makes the batch unreadable — an expired start snapshot, a changed
 schema, too many changes for ``full_refresh_threshold`` — becomes the reason for a FULL refresh.
+
+AUTO mode also weighs what reading the changes would cost before reading them: a copy-on-write
+UPDATE of a few rows spread over every file puts every row of the table into the changelog twice
+(once removed, once added). When the snapshots' summaries say the changelog holds more row images
+than the source has rows, recomputing from the source reads less, so the refresh is FULL, and says so.
+Below ``MIN_IMAGES_WORTH_WEIGHING`` either read takes Spark well under a second: no switch.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ from dbt_ivm.delta.compact import compacted_sql
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable
 from dbt_ivm.spark.changelog import create_change_view
-from dbt_ivm.spark.iceberg import total_records
+from dbt_ivm.spark.iceberg import lineage, total_records
 from dbt_ivm.spec import StreamTableSpec
 from dbt_ivm.sqltext import q, render
+
+MIN_IMAGES_WORTH_WEIGHING = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,10 @@ def bind(
         name = source.info.qualified
         table = (source.info.schema, source.info.name)
         start, end = frontier[name], ends[name]
+        if spec.refresh_mode == "auto" and NO_SNAPSHOT not in (start, end):
+            too_big = _changelog_larger_than_table(spark, table, name, start, end)
+            if too_big is not None:
+                return Batch(too_big, total)
         change = create_change_view(
             spark,
             table,
@@ -72,3 +84,20 @@ def bind(
                     total,
                 )
     return Batch(None, total, tuple(slow_paths))
+
+
+def _changelog_larger_than_table(
+    spark: Any, table: tuple[str, str], name: str, start: int, end: int
+) -> str | None:
+    """Why reading this source's changelog would cost more than reading the source (None: it won't)."""
+    chain = lineage(spark, table, start, end).chain
+    if not chain:
+        return None  # no lineage: the change view decides how to read it
+    images = sum(snapshot.changed_records for snapshot in chain)
+    rows = total_records(spark, table, end)
+    if images < MIN_IMAGES_WORTH_WEIGHING or rows <= 0 or images <= rows:
+        return None
+    return (
+        f"the changelog of {name} holds {images} row images (copy-on-write rewrites) for a table of "
+        f"{rows} rows: recomputing reads less"
+    )

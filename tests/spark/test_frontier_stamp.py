@@ -1,0 +1,105 @@
+"""The frontier lives in the stream table's own commits: what happens when that record is missing,
+belongs to another query, or must move without any row changing; and AUTO's read-cost fallback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dbt_ivm.spark import registry, source_changes
+from dbt_ivm.spark.commit import current_stamp
+from dbt_ivm.spark.iceberg import current_snapshot_id
+from dbt_ivm.spark.runner import fingerprint
+from tests.spark.oracle import make_spec, refresh_and_check
+
+pytestmark = pytest.mark.spark
+
+
+def _orders(spark: Any, s: str) -> None:
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1,'a',10),(2,'a',20),(3,'b',30)")
+
+
+TOTALS = "SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM {s}.orders GROUP BY customer"
+
+
+def test_every_commit_carries_the_sources_snapshots(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    _orders(spark, s)
+    refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "create")
+    _, stamp = current_stamp(spark, (s, "totals"))
+    assert stamp is not None
+    assert stamp.frontier == {f"{s}.orders": current_snapshot_id(spark, (s, "orders"))}
+    spark.sql(f"UPDATE {s}.orders SET amount = 11 WHERE id = 1")
+    result = refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "update", full_refresh_threshold=100.0)
+    assert result.action == "DIFFERENTIAL", result.summary()
+    _, stamp = current_stamp(spark, (s, "totals"))
+    assert stamp is not None
+    assert stamp.frontier == {f"{s}.orders": current_snapshot_id(spark, (s, "orders"))}
+
+
+def test_dml_on_the_stream_table_makes_the_next_refresh_full(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    _orders(spark, s)
+    refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "create")
+    spark.sql(f"DELETE FROM {s}.totals WHERE customer = 'a'")  # by hand: no stamp on this commit
+    spark.sql(f"INSERT INTO {s}.orders VALUES (4,'c',40)")
+    result = refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "after DML by hand")
+    assert result.action == "FULL", result.summary()
+    assert result.reason is not None and "written outside dbt-ivm" in result.reason
+    spark.sql(f"INSERT INTO {s}.orders VALUES (5,'c',50)")
+    again = refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "stamped again")
+    assert again.action == "DIFFERENTIAL", again.summary()
+
+
+def test_a_table_stamped_by_another_query_is_rebuilt(spark: Any, spark_schema: str) -> None:
+    """A rebuild that died after registering the new query but before re-creating the table."""
+    s = spark_schema
+    _orders(spark, s)
+    old = TOTALS.format(s=s)
+    new = f"SELECT customer, MAX(amount) AS top FROM {s}.orders GROUP BY customer"
+    refresh_and_check(spark, s, "totals", old, "create")
+    spec = make_spec(s, "totals", new)
+    registered = registry.lookup(spark, spec.catalog_schema, f"{s}.totals")
+    assert registered is not None
+    registered.defining_query = new
+    registered.fingerprint = fingerprint(new)
+    registry.save(spark, spec.catalog_schema, registered)
+    result = refresh_and_check(spark, s, "totals", new, "after the interrupted rebuild")
+    assert result.action == "REBUILD", result.summary()
+    assert result.reason is not None and "another definition" in result.reason
+
+
+def test_a_batch_that_changes_no_row_still_moves_the_frontier(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    _orders(spark, s)
+    big = f"SELECT id, amount FROM {s}.orders WHERE amount > 100"
+    refresh_and_check(spark, s, "big", big, "create")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (9,'z',5)")
+    result = refresh_and_check(spark, s, "big", big, "filtered out")
+    assert result.action == "DIFFERENTIAL" and result.rows_changed == 0, result.summary()
+    _, stamp = current_stamp(spark, (s, "big"))
+    assert stamp is not None
+    assert stamp.frontier[f"{s}.orders"] == current_snapshot_id(spark, (s, "orders"))
+    skipped = refresh_and_check(spark, s, "big", big, "nothing new")
+    assert skipped.action == "SKIP", skipped.summary()
+
+
+def test_auto_recomputes_when_the_changelog_outweighs_the_table(
+    spark: Any, spark_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy-on-write UPDATE of one row rewrites its whole file: the changelog holds every row twice."""
+    monkeypatch.setattr(source_changes, "MIN_IMAGES_WORTH_WEIGHING", 10)  # the rule, at test size
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.items (id int, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.items SELECT CAST(id AS INT), CAST(id AS INT) FROM range(0, 20, 1, 1)")
+    sql = f"SELECT SUM(amount) AS total, COUNT(*) AS n FROM {s}.items"
+    refresh_and_check(spark, s, "auto_total", sql, "create")
+    refresh_and_check(spark, s, "diff_total", sql, "create", refresh_mode="differential")
+    spark.sql(f"UPDATE {s}.items SET amount = 100 WHERE id = 3")
+    auto = refresh_and_check(spark, s, "auto_total", sql, "auto")
+    assert auto.action == "FULL", auto.summary()
+    assert auto.reason is not None and "40 row images" in auto.reason and "20 rows" in auto.reason
+    forced = refresh_and_check(spark, s, "diff_total", sql, "differential", refresh_mode="differential")
+    assert forced.action == "DIFFERENTIAL", forced.summary()
