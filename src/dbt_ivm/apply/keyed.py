@@ -47,15 +47,30 @@ def counts_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> 
 
 def merge_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> str:
     """One MERGE: delete removed keys, update changed rows only, insert new keys."""
+    weight = f"r.{q(WEIGHT)}"
+    changed = f"NOT ({same_values_sql('t', 'r', layout.columns)})"
+    return _merge_statement(
+        layout, rows, stream_table, use_hash, f"{weight} < 0", f"{weight} > 0 AND {changed}", f"{weight} > 0"
+    )
+
+
+def _merge_statement(
+    layout: Layout,
+    rows: str,
+    stream_table: str,
+    use_hash: bool,
+    delete_when: str,
+    update_when: str,
+    insert_when: str,
+) -> str:
     columns = list(layout.columns)
     insert_columns = columns + ([HASH] if use_hash and layout.key else [])
     updates = ", ".join(f"{q(c)} = r.{q(c)}" for c in columns)
     return (
         f"MERGE INTO {stream_table} AS t USING {rows} AS r ON {_match(layout, use_hash)}\n"
-        f"WHEN MATCHED AND r.{q(WEIGHT)} < 0 THEN DELETE\n"
-        f"WHEN MATCHED AND r.{q(WEIGHT)} > 0 AND NOT ({same_values_sql('t', 'r', columns)}) "
-        f"THEN UPDATE SET {updates}\n"
-        f"WHEN NOT MATCHED AND r.{q(WEIGHT)} > 0 THEN INSERT ({', '.join(q(c) for c in insert_columns)}) "
+        f"WHEN MATCHED AND {delete_when} THEN DELETE\n"
+        f"WHEN MATCHED AND {update_when} THEN UPDATE SET {updates}\n"
+        f"WHEN NOT MATCHED AND {insert_when} THEN INSERT ({', '.join(q(c) for c in insert_columns)}) "
         f"VALUES ({', '.join(f'r.{q(c)}' for c in insert_columns)})"
     )
 
@@ -84,13 +99,7 @@ def classified_rows_sql(layout: Layout, rows: str, stream_table: str, use_hash: 
 
 def classified_merge_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> str:
     """The MERGE of `classified_rows_sql`'s rows: each does what its action says."""
-    columns = list(layout.columns)
-    insert_columns = columns + ([HASH] if use_hash and layout.key else [])
-    updates = ", ".join(f"{q(c)} = r.{q(c)}" for c in columns)
-    return (
-        f"MERGE INTO {stream_table} AS t USING {rows} AS r ON {_match(layout, use_hash)}\n"
-        f"WHEN MATCHED AND r.{q(ACTION)} = 'D' THEN DELETE\n"
-        f"WHEN MATCHED AND r.{q(ACTION)} = 'U' THEN UPDATE SET {updates}\n"
-        f"WHEN NOT MATCHED AND r.{q(ACTION)} = 'I' THEN INSERT ({', '.join(q(c) for c in insert_columns)}) "
-        f"VALUES ({', '.join(f'r.{q(c)}' for c in insert_columns)})"
+    action = f"r.{q(ACTION)}"
+    return _merge_statement(
+        layout, rows, stream_table, use_hash, f"{action} = 'D'", f"{action} = 'U'", f"{action} = 'I'"
     )
