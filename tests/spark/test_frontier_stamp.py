@@ -3,6 +3,7 @@ belongs to another query, or must move without any row changing; and AUTO's read
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -103,3 +104,20 @@ def test_auto_recomputes_when_the_changelog_outweighs_the_table(
     assert auto.reason is not None and "40 row images" in auto.reason and "20 rows" in auto.reason
     forced = refresh_and_check(spark, s, "diff_total", sql, "differential", refresh_mode="differential")
     assert forced.action == "DIFFERENTIAL", forced.summary()
+
+
+def test_iceberg_metadata_from_a_thread_without_an_active_session(spark: Any, spark_schema: str) -> None:
+    """dbt runs models on worker threads; the one that built the session may not be among them."""
+    s = spark_schema
+    _orders(spark, s)
+    expected = current_snapshot_id(spark, (s, "orders"))
+    found: list[int | None] = []
+
+    def worker() -> None:
+        spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
+        found.append(current_snapshot_id(spark, (s, "orders")))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert found == [expected]

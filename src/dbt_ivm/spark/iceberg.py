@@ -90,6 +90,9 @@ def load_table(spark: SparkSession, table: TableName) -> Any:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     name = quoted_name(table)
+    # Without an active session on this JVM thread (a dbt worker thread that did not create the
+    # session), the session catalog answers with a plain V1 table instead of the Iceberg one.
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     try:
         loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
     except Exception as error:
