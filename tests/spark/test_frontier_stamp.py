@@ -121,3 +121,21 @@ def test_iceberg_metadata_from_a_thread_without_an_active_session(spark: Any, sp
     thread.start()
     thread.join()
     assert found == [expected]
+
+
+def test_a_redefined_view_rebuilds_the_stream_table(spark: Any, spark_schema: str) -> None:
+    """Same model SQL, same base table, another view body: the stored rows mean something else now."""
+    s = spark_schema
+    _orders(spark, s)
+    spark.sql(f"CREATE VIEW {s}.big_orders AS SELECT id, customer, amount FROM {s}.orders WHERE amount > 15")
+    sql = f"SELECT customer, SUM(amount) AS total FROM {s}.big_orders GROUP BY customer"
+    refresh_and_check(spark, s, "big_totals", sql, "create", full_refresh_threshold=100.0)
+    spark.sql(f"DROP VIEW {s}.big_orders")
+    spark.sql(f"CREATE VIEW {s}.big_orders AS SELECT id, customer, amount FROM {s}.orders WHERE amount > 5")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (4,'b',8)")
+    result = refresh_and_check(spark, s, "big_totals", sql, "view redefined", full_refresh_threshold=100.0)
+    assert result.action == "REBUILD", result.summary()
+    assert result.reason == "a view the defining query reads was redefined"
+    spark.sql(f"INSERT INTO {s}.orders VALUES (5,'c',9)")
+    later = refresh_and_check(spark, s, "big_totals", sql, "later", full_refresh_threshold=100.0)
+    assert later.action == "DIFFERENTIAL", later.summary()

@@ -4,7 +4,9 @@ Every commit dbt-ivm makes to a stream table (the CREATE TABLE … AS, each MERG
 when a batch changes no row) carries two snapshot-summary properties:
 
 * ``dbt-ivm.frontier`` — JSON map source → snapshot id: the source states the table now reflects;
-* ``dbt-ivm.fingerprint`` — which defining query produced it.
+* ``dbt-ivm.fingerprint`` — which defining query produced it;
+* ``dbt-ivm.views`` — a hash of the bodies of the views that query reads (empty: none), so a view
+  redefined under the same name is noticed.
 
 So the data and its frontier move in one atomic commit: a refresh killed before the commit left
 the old snapshot (and frontier) current, one killed after it left the new one. Nothing to recover,
@@ -29,6 +31,7 @@ from dbt_ivm.spark.iceberg import TableName, load_table
 
 FRONTIER_PROPERTY = "dbt-ivm.frontier"
 FINGERPRINT_PROPERTY = "dbt-ivm.fingerprint"
+VIEWS_PROPERTY = "dbt-ivm.views"
 
 
 @dataclass(frozen=True)
@@ -37,11 +40,13 @@ class Stamp:
 
     frontier: dict[str, int]
     fingerprint: str
+    views: str = ""
 
     def properties(self) -> dict[str, str]:
         return {
             FRONTIER_PROPERTY: json.dumps(self.frontier, sort_keys=True),
             FINGERPRINT_PROPERTY: self.fingerprint,
+            VIEWS_PROPERTY: self.views,
         }
 
 
@@ -57,7 +62,12 @@ def _stamp_of(summary: Any) -> Stamp | None:
     frontier, fingerprint = summary.get(FRONTIER_PROPERTY), summary.get(FINGERPRINT_PROPERTY)
     if frontier is None or fingerprint is None:
         return None
-    return Stamp({str(k): int(v) for k, v in json.loads(str(frontier)).items()}, str(fingerprint))
+    views = summary.get(VIEWS_PROPERTY)
+    return Stamp(
+        {str(k): int(v) for k, v in json.loads(str(frontier)).items()},
+        str(fingerprint),
+        "" if views is None else str(views),
+    )
 
 
 class _Callback:

@@ -64,6 +64,7 @@ class Compiled:
     unsupported: UnsupportedQuery | None
     call_types: dict[int, str]
     output_names: list[str]
+    views_digest: str = ""  # the bodies of the views the query reads (see `views_digest`)
 
     @property
     def not_iceberg(self) -> list[SparkTable]:
@@ -72,6 +73,17 @@ class Compiled:
 
 def fingerprint(sql: str) -> str:
     return hashlib.sha256(" ".join(sql.split()).encode()).hexdigest()
+
+
+def views_digest(catalog: SparkCatalog) -> str:
+    """A hash of every view the planner expanded, name and body: a view redefined over the same
+    tables changes the query's meaning without changing the model's SQL."""
+    bodies = sorted(
+        f"{t.info.qualified}\n{' '.join((t.info.view_sql or '').split())}"
+        for t in catalog.tables.values()
+        if t.info.kind == "view"
+    )
+    return hashlib.sha256("\n\n".join(bodies).encode()).hexdigest() if bodies else ""
 
 
 def _key(spec: StreamTableSpec) -> str:
@@ -122,7 +134,7 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
     except UnsupportedQuery as unsupported:
         if spec.refresh_mode == "differential":
             raise
-        return Compiled(None, None, [], unsupported, {}, output_names)
+        return Compiled(None, None, [], unsupported, {}, output_names, views_digest(catalog))
     layout = layout_of(plan)
     names = {s.table.qualified for s in scans_of(plan.input)}
     sources = [catalog.tables[n] for n in sorted(names)]
@@ -134,7 +146,7 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
             fields = spark.sql(render(probe, "spark")).schema.fields
             for field, call in zip(fields, plan.calls, strict=True):
                 call_types[call.index] = field.dataType.simpleString()
-    return Compiled(plan, layout, sources, None, call_types, output_names)
+    return Compiled(plan, layout, sources, None, call_types, output_names, views_digest(catalog))
 
 
 def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
@@ -267,7 +279,7 @@ def _build(
     registry.save(spark, spec.catalog_schema, registration)
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {bt(spec.schema)}")
     spark.sql(f"DROP TABLE IF EXISTS {_spark_relation(spec)}")
-    stamp = Stamp(ends, registration.fingerprint)
+    stamp = Stamp(ends, registration.fingerprint, compiled.views_digest)
     rows = spark_apply.create_table(spark, _parts(spec), layout, contents, stamp)
     result = RefreshResult(action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=rows)
     result.reason = reason if action != "CREATE" else None
@@ -302,6 +314,9 @@ def _refresh(
 ) -> RefreshResult:
     sql = registered.defining_query
     compiled = compile_query(spark, spec, sql)
+    if stamp is not None and stamp.views != compiled.views_digest:
+        why = "a view the defining query reads was redefined"
+        return _build(spark, spec, views, sql, registered, "REBUILD", why, started)
     ends = _snapshots(spark, compiled.sources)
     frontier = None if stamp is None else stamp.frontier
     reason = _full_reason(spec, compiled, frontier, ends)
@@ -338,7 +353,7 @@ def _refresh(
         result = RefreshResult(action="FULL", reason=reason)
         layout, contents = _contents(views, compiled, sql, ends)
         delta = spark_apply.full_delta_sql(relation, layout, contents)
-    new_stamp = Stamp(ends, registered.fingerprint)
+    new_stamp = Stamp(ends, registered.fingerprint, compiled.views_digest)
     if delta is None:  # no changed source reaches the result
         stamp_without_data(spark, _parts(spec), new_stamp)
     else:
