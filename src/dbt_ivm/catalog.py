@@ -6,6 +6,8 @@ Spark runtimes implement it against their system catalogs, tests may use `Static
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,3 +56,12 @@ class StaticCatalog:
 
     def lookup(self, schema: str | None, name: str) -> TableInfo | None:
         return self._tables.get((schema or self._default_schema, name))
+
+
+def views_digest(tables: Iterable[TableInfo]) -> str:
+    """A hash of the views among `tables`, names and bodies ("" when there are none). A view
+    redefined over the same tables changes what a query means without changing its text."""
+    bodies = sorted(
+        f"{t.qualified}\n{' '.join((t.view_sql or '').split())}" for t in tables if t.kind == "view"
+    )
+    return hashlib.sha256("\n\n".join(bodies).encode()).hexdigest() if bodies else ""

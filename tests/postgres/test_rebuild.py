@@ -225,3 +225,22 @@ def test_partitioned_source_sees_writes_to_any_partition(pg_conn: Any) -> None:
     check("INSERT INTO sales_e VALUES (6, 'e', 60)", "DIFFERENTIAL")
     check("ALTER TABLE sales DETACH PARTITION sales_n", "FULL")
     check("INSERT INTO sales_n VALUES (7, 'n', 1); INSERT INTO sales VALUES (8, 'e', 2)", "DIFFERENTIAL")
+
+
+def test_a_redefined_view_rebuilds_the_stream_table(pg_conn: Any) -> None:
+    """Same model SQL, same base table, another view body: the stored rows mean something else now."""
+    execute(pg_conn, "CREATE TABLE bills (id int PRIMARY KEY, customer text, amount int)")
+    execute(pg_conn, "INSERT INTO bills VALUES (1,'a',10),(2,'a',20),(3,'b',30)")
+    execute(pg_conn, "CREATE VIEW big_bills AS SELECT id, customer, amount FROM bills WHERE amount > 15")
+    sql = "SELECT customer, SUM(amount) AS total FROM big_bills GROUP BY customer"
+    refresh_and_check(pg_conn, "big_totals", sql, "create", full_refresh_threshold=100.0)
+    execute(
+        pg_conn, "CREATE OR REPLACE VIEW big_bills AS SELECT id, customer, amount FROM bills WHERE amount > 5"
+    )
+    execute(pg_conn, "INSERT INTO bills VALUES (4,'b',8)")
+    result = refresh_and_check(pg_conn, "big_totals", sql, "view redefined", full_refresh_threshold=100.0)
+    assert result.action == "REBUILD", result.summary()
+    assert result.reason == "a view the defining query reads was redefined"
+    execute(pg_conn, "INSERT INTO bills VALUES (5,'c',9)")
+    later = refresh_and_check(pg_conn, "big_totals", sql, "later", full_refresh_threshold=100.0)
+    assert later.action == "DIFFERENTIAL", later.summary()

@@ -12,6 +12,7 @@ KINDS = {"r": "table", "p": "table", "v": "view", "m": "materialized view", "f":
 class PostgresCatalog:
     def __init__(self, db: Db) -> None:
         self.db = db
+        self.seen: list[TableInfo] = []  # every relation looked up (the views among them, for a digest)
 
     def lookup(self, schema: str | None, name: str) -> TableInfo | None:
         target = qn(schema, name) if schema else qn(name)
@@ -35,7 +36,7 @@ class PostgresCatalog:
             "WHERE i.indrelid = %s AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)",
             (oid,),
         )
-        return TableInfo(
+        found = TableInfo(
             schema=nspname,
             name=relname,
             columns=tuple(Column(n, t, bool(nullable)) for n, t, nullable in columns),
@@ -44,6 +45,8 @@ class PostgresCatalog:
             view_sql=view_sql.rstrip().rstrip(";") if view_sql else None,
             identity=str(oid),
         )
+        self.seen.append(found)
+        return found
 
 
 def describe(db: Db, sql: str) -> list[tuple[str, str]]:

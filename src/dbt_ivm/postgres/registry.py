@@ -14,7 +14,11 @@ BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
 def bootstrap(db: Db, catalog: str) -> None:
     """Create the catalog schema and its tables if missing (safe to run concurrently)."""
     s = q(catalog)
-    if db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, "refresh_history"),)):
+    newest_column = (
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+        "AND attname = 'views_digest' AND NOT attisdropped)"
+    )
+    if db.value(newest_column, (qn(catalog, "stream_tables"),)):
         return  # created by an earlier run; tables are only ever added together
     with db.transaction():
         db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (BOOTSTRAP_LOCK,))
@@ -25,7 +29,12 @@ def bootstrap(db: Db, catalog: str) -> None:
             "defining_query text NOT NULL, fingerprint text NOT NULL, refresh_mode text NOT NULL, "
             "layout_kind text, differential_ok boolean NOT NULL, unsupported_reason text, "
             "sources text[] NOT NULL DEFAULT '{}', frontier pg_snapshot, needs_full text, "
-            "created_at timestamptz NOT NULL DEFAULT now(), refreshed_at timestamptz)"
+            "created_at timestamptz NOT NULL DEFAULT now(), refreshed_at timestamptz, "
+            "views_digest text NOT NULL DEFAULT '')"
+        )
+        # catalogs created before views_digest existed
+        db.execute(
+            f"ALTER TABLE {s}.{q('stream_tables')} ADD COLUMN IF NOT EXISTS views_digest text NOT NULL DEFAULT ''"
         )
         db.execute(
             f"CREATE TABLE IF NOT EXISTS {s}.{q('change_buffers')} ("
@@ -51,17 +60,18 @@ class Registered:
     sources: list[str]
     frontier: str | None
     needs_full: str | None
+    views_digest: str
 
 
 def lookup(db: Db, catalog: str, stream_table: str) -> Registered | None:
     row = db.one(
-        f"SELECT stream_table, defining_query, fingerprint, refresh_mode, sources, frontier::text, needs_full "
-        f"FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s",
+        "SELECT stream_table, defining_query, fingerprint, refresh_mode, sources, frontier::text, needs_full, "
+        f"views_digest FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s",
         (stream_table,),
     )
     if row is None:
         return None
-    return Registered(row[0], row[1], row[2], row[3], list(row[4] or []), row[5], row[6])
+    return Registered(row[0], row[1], row[2], row[3], list(row[4] or []), row[5], row[6], row[7])
 
 
 def save(db: Db, catalog: str, values: dict[str, Any]) -> None:

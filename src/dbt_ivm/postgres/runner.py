@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from dbt_ivm.catalog import TableInfo
+from dbt_ivm.catalog import TableInfo, views_digest
 from dbt_ivm.contents import call_probe_sql, contents_sql
 from dbt_ivm.delta import Bindings, row_delta
 from dbt_ivm.delta.compact import compacted_sql
@@ -54,6 +54,7 @@ class Compiled:
     unsupported: UnsupportedQuery | None
     call_types: dict[int, str]
     output_types: list[tuple[str, str]]
+    views_digest: str = ""  # the views the planner expanded (dbt_ivm.catalog.views_digest)
 
 
 def fingerprint(sql: str) -> str:
@@ -93,8 +94,10 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
     except UnsupportedQuery as unsupported:
         if spec.refresh_mode == "differential":
             raise
-        return Compiled(None, None, [], unsupported, {}, output_types)
-    return Compiled(plan, layout_of(plan), sources, None, call_types, output_types)
+        return Compiled(None, None, [], unsupported, {}, output_types, views_digest(catalog.seen))
+    return Compiled(
+        plan, layout_of(plan), sources, None, call_types, output_types, views_digest(catalog.seen)
+    )
 
 
 def _call_types(db: Db, spec: StreamTableSpec, plan: Plan, sources: list[TableInfo]) -> dict[int, str]:
@@ -234,6 +237,7 @@ def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[s
         "differential_ok": compiled.plan is not None,
         "unsupported_reason": str(compiled.unsupported) if compiled.unsupported else None,
         "sources": [t.qualified for t in compiled.sources] if compiled.plan is not None else [],
+        "views_digest": compiled.views_digest,
     }
 
 
@@ -253,10 +257,13 @@ def _refresh(db: Db, spec: StreamTableSpec, sql: str, registered: registry.Regis
     for _ in range(2):
         with db.transaction("REPEATABLE READ"):
             compiled = compile_query(db, spec, sql)
-            if _capture_missing(db, spec, compiled):
+            redefined = compiled.views_digest != registered.views_digest
+            if redefined or _capture_missing(db, spec, compiled):
                 result = None
             else:
                 result = _refresh_in_snapshot(db, spec, sql, compiled)
+        if redefined:
+            return _build(db, spec, sql, "REBUILD", "a view the defining query reads was redefined")
         if result is not None:
             break
         _install_capture(db, spec, sql)

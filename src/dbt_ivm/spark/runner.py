@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from dbt_ivm.catalog import TableInfo
+from dbt_ivm.catalog import TableInfo, views_digest
 from dbt_ivm.contents import call_probe_sql, contents_sql
 from dbt_ivm.delta import Bindings, row_delta
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
@@ -73,17 +73,6 @@ class Compiled:
 
 def fingerprint(sql: str) -> str:
     return hashlib.sha256(" ".join(sql.split()).encode()).hexdigest()
-
-
-def views_digest(catalog: SparkCatalog) -> str:
-    """A hash of every view the planner expanded, name and body: a view redefined over the same
-    tables changes the query's meaning without changing the model's SQL."""
-    bodies = sorted(
-        f"{t.info.qualified}\n{' '.join((t.info.view_sql or '').split())}"
-        for t in catalog.tables.values()
-        if t.info.kind == "view"
-    )
-    return hashlib.sha256("\n\n".join(bodies).encode()).hexdigest() if bodies else ""
 
 
 def _key(spec: StreamTableSpec) -> str:
@@ -134,7 +123,15 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
     except UnsupportedQuery as unsupported:
         if spec.refresh_mode == "differential":
             raise
-        return Compiled(None, None, [], unsupported, {}, output_names, views_digest(catalog))
+        return Compiled(
+            None,
+            None,
+            [],
+            unsupported,
+            {},
+            output_names,
+            views_digest(t.info for t in catalog.tables.values()),
+        )
     layout = layout_of(plan)
     names = {s.table.qualified for s in scans_of(plan.input)}
     sources = [catalog.tables[n] for n in sorted(names)]
@@ -146,7 +143,15 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
             fields = spark.sql(render(probe, "spark")).schema.fields
             for field, call in zip(fields, plan.calls, strict=True):
                 call_types[call.index] = field.dataType.simpleString()
-    return Compiled(plan, layout, sources, None, call_types, output_names, views_digest(catalog))
+    return Compiled(
+        plan,
+        layout,
+        sources,
+        None,
+        call_types,
+        output_names,
+        views_digest(t.info for t in catalog.tables.values()),
+    )
 
 
 def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
