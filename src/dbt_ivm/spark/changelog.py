@@ -68,6 +68,9 @@ class ChangeView:
     end_snapshot_id: int | None
     columns: tuple[str, ...] = ()
     reason: str | None = None
+    # Row images the snapshots in the range added and removed (their summaries), before reading any:
+    # what the changelog will hold. 0 when the range's lineage is unknown.
+    row_images: int = 0
 
     @property
     def needs_full_refresh(self) -> bool:
@@ -133,6 +136,7 @@ def create_change_view(
         )
     if not known.same_schema and columns_at(spark, table, start_snapshot_id) != end_columns:
         return full(f"the columns of {label} changed between snapshots {start_snapshot_id} and {end}", end)
+    images = sum(snapshot.changed_records for snapshot in known.chain or ())
     reason = _why_not_changelog(label, start_snapshot_id, end, known.chain)
     if reason is None:
         try:
@@ -140,9 +144,9 @@ def create_change_view(
         except Exception as error:  # an Iceberg limitation the checks above did not foresee
             reason = f"Iceberg's changelog failed: {str(error).strip().splitlines()[0][:300]}"
         else:
-            return ChangeView("changelog", view_name, label, start_snapshot_id, end, columns)
+            return ChangeView("changelog", view_name, label, start_snapshot_id, end, columns, None, images)
     _create_diff_view(spark, table, view_name, columns, start_snapshot_id, end)
-    return ChangeView("snapshot_diff", view_name, label, start_snapshot_id, end, columns, reason)
+    return ChangeView("snapshot_diff", view_name, label, start_snapshot_id, end, columns, reason, images)
 
 
 def _why_not_changelog(label: str, start: int, end: int, chain: list[Snapshot] | None) -> str | None:

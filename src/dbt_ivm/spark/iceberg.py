@@ -184,27 +184,31 @@ def lineage(spark: SparkSession, table: TableName, start: int, end: int) -> Line
     first, last = loaded.snapshot(int(start)), loaded.snapshot(int(end))
     if first is None or last is None:
         return Lineage(first is not None, last is not None, None, False)
-    chain: list[Snapshot] = []
+    known: dict[int, Snapshot] = {}
     current = last
     while current is not None and int(current.snapshotId()) != int(start):
-        summary = current.summary()
-        parent = current.parentId()
-        chain.append(
-            Snapshot(
-                snapshot_id=int(current.snapshotId()),
-                parent_id=None if parent is None else int(parent),
-                operation=current.operation(),
-                committed_at=None,
-                summary={
-                    k: str(summary.get(k))
-                    for k in (*DELETE_FILE_COUNTERS, *RECORD_COUNTERS)
-                    if summary.get(k) is not None
-                },
-            )
-        )
-        current = None if parent is None else loaded.snapshot(parent)
-    chain.reverse()
-    return Lineage(True, True, chain if current is not None else None, first.schemaId() == last.schemaId())
+        snapshot = _snapshot_of(current)
+        known[snapshot.snapshot_id] = snapshot
+        current = None if snapshot.parent_id is None else loaded.snapshot(snapshot.parent_id)
+    same_schema = first.schemaId() is not None and first.schemaId() == last.schemaId()
+    return Lineage(True, True, snapshots_after(known, int(start), int(end)), same_schema)
+
+
+def _snapshot_of(java_snapshot: Any) -> Snapshot:
+    """Our Snapshot from Iceberg's Java one, keeping only the summary counters the engine reads."""
+    summary = java_snapshot.summary()
+    parent = java_snapshot.parentId()
+    return Snapshot(
+        snapshot_id=int(java_snapshot.snapshotId()),
+        parent_id=None if parent is None else int(parent),
+        operation=java_snapshot.operation(),
+        committed_at=None,
+        summary={
+            k: str(summary.get(k))
+            for k in (*DELETE_FILE_COUNTERS, *RECORD_COUNTERS)
+            if summary.get(k) is not None
+        },
+    )
 
 
 def columns_at(spark: SparkSession, table: TableName, snapshot_id: int | None) -> list[tuple[str, str]]:

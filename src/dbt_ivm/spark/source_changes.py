@@ -23,7 +23,7 @@ from dbt_ivm.delta.compact import compacted_sql
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable
 from dbt_ivm.spark.changelog import create_change_view
-from dbt_ivm.spark.iceberg import lineage, total_records
+from dbt_ivm.spark.iceberg import total_records
 from dbt_ivm.spec import StreamTableSpec
 from dbt_ivm.sqltext import q, render
 
@@ -53,10 +53,6 @@ def bind(
         name = source.info.qualified
         table = (source.info.schema, source.info.name)
         start, end = frontier[name], ends[name]
-        if spec.refresh_mode == "auto" and NO_SNAPSHOT not in (start, end):
-            too_big = _changelog_larger_than_table(spark, table, name, start, end)
-            if too_big is not None:
-                return Batch(too_big, total)
         change = create_change_view(
             spark,
             table,
@@ -66,6 +62,14 @@ def bind(
         )
         if change.view is None:
             return Batch(f"changes of {name} are unavailable: {change.reason}", total)
+        # The view is not computed yet: AUTO can still choose to recompute instead.
+        size = total_records(spark, table, end) if spec.refresh_mode == "auto" and end != NO_SNAPSHOT else 0
+        if start != NO_SNAPSHOT and _changelog_outweighs(change.row_images, size):
+            return Batch(
+                f"the changelog of {name} holds {change.row_images} row images (copy-on-write rewrites) "
+                f"for a table of {size} rows: recomputing reads less",
+                total,
+            )
         if change.path == "snapshot_diff":
             slow_paths.append(f"changes of {name} read as a snapshot diff: {change.reason}")
         compacted = compacted_sql(
@@ -75,29 +79,15 @@ def bind(
         count = int(spark.sql(f"SELECT COUNT(*) FROM {bt(delta_view)}").collect()[0][0])
         total += count
         bindings.delta[name] = q(delta_view)
-        if spec.refresh_mode == "auto" and end != NO_SNAPSHOT:
-            size = total_records(spark, table, end)
-            if size > 0 and count > spec.full_refresh_threshold * size:
-                return Batch(
-                    f"{count} changes to {name} exceed full_refresh_threshold="
-                    f"{spec.full_refresh_threshold} of its {size} rows",
-                    total,
-                )
+        if size > 0 and count > spec.full_refresh_threshold * size:
+            return Batch(
+                f"{count} changes to {name} exceed full_refresh_threshold="
+                f"{spec.full_refresh_threshold} of its {size} rows",
+                total,
+            )
     return Batch(None, total, tuple(slow_paths))
 
 
-def _changelog_larger_than_table(
-    spark: Any, table: tuple[str, str], name: str, start: int, end: int
-) -> str | None:
-    """Why reading this source's changelog would cost more than reading the source (None: it won't)."""
-    chain = lineage(spark, table, start, end).chain
-    if not chain:
-        return None  # no lineage: the change view decides how to read it
-    images = sum(snapshot.changed_records for snapshot in chain)
-    rows = total_records(spark, table, end)
-    if images < MIN_IMAGES_WORTH_WEIGHING or rows <= 0 or images <= rows:
-        return None
-    return (
-        f"the changelog of {name} holds {images} row images (copy-on-write rewrites) for a table of "
-        f"{rows} rows: recomputing reads less"
-    )
+def _changelog_outweighs(row_images: int, rows: int) -> bool:
+    """Reading the changelog would read more than the source itself (rows 0: not asked, AUTO only)."""
+    return row_images >= MIN_IMAGES_WORTH_WEIGHING and 0 < rows < row_images
