@@ -21,27 +21,22 @@ def relation_name(schema: str, name: str) -> str:
 
 def user_columns(conn: Any, schema: str, name: str) -> list[str]:
     """The stream table's columns a user sees, in table order."""
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
-            "AND NOT attisdropped ORDER BY attnum",
-            (relation_name(schema, name),),
-        )
-        return [r[0] for r in cur.fetchall() if not r[0].startswith(HIDDEN_PREFIX)]
+    return [column for column, _ in _user_column_types(conn, schema, name)]
 
 
-# Types without an equality operator: compared by their text form.
-TEXT_COMPARED = {"json", "xml", "point", "line", "lseg", "box", "path", "polygon", "circle"}
-
-
-def _column_types(conn: Any, schema: str, name: str) -> list[str]:
+def _user_column_types(conn: Any, schema: str, name: str) -> list[tuple[str, str]]:
+    """(name, type) of the columns a user sees, in table order."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT attname, atttypid::regtype::text FROM pg_attribute WHERE attrelid = to_regclass(%s) "
             "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             (relation_name(schema, name),),
         )
-        return [r[1] for r in cur.fetchall() if not r[0].startswith(HIDDEN_PREFIX)]
+        return [(r[0], r[1]) for r in cur.fetchall() if not r[0].startswith(HIDDEN_PREFIX)]
+
+
+# Types without an equality operator: compared by their text form.
+TEXT_COMPARED = {"json", "xml", "point", "line", "lseg", "box", "path", "polygon", "circle"}
 
 
 def _comparable(column: str, type_name: str) -> str:
@@ -60,12 +55,11 @@ def differences(
     conn: Any, schema: str, name: str, sql: str
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """(rows stored but not produced by the query, rows produced by the query but not stored)."""
-    columns = user_columns(conn, schema, name)
+    typed = _user_column_types(conn, schema, name)
+    columns = [column for column, _ in typed]
     expected = query_columns(conn, sql)
     assert columns == expected, f"{schema}.{name}: columns {columns} != query columns {expected}"
-    listed = ", ".join(
-        _comparable(c, t) for c, t in zip(columns, _column_types(conn, schema, name), strict=True)
-    )
+    listed = ", ".join(_comparable(c, t) for c, t in typed)
     stored = f"SELECT {listed} FROM {relation_name(schema, name)}"
     query = f"SELECT {listed} FROM ({sql}) AS oracle_q"
     with conn.cursor() as cur:

@@ -13,7 +13,7 @@ import pytest
 
 from dbt_ivm.errors import UnsupportedQuery
 from tests.postgres.streams import execute, history, refresh, refresh_and_check
-from tests.postgres.test_randomized import SCHEMA_SQL, Workload
+from tests.postgres.test_randomized import seeded_shop
 
 pytestmark = pytest.mark.postgres
 
@@ -93,12 +93,7 @@ def _refresh_all(conn: Any, queries: dict[str, str], context: str) -> None:
 @pytest.mark.parametrize("seed", [11, 12])
 def test_query_shapes_over_the_shop(pg_conn: Any, seed: int) -> None:
     rng = random.Random(seed)
-    execute(pg_conn, SCHEMA_SQL)
-    workload = Workload(pg_conn, rng)
-    for _ in range(12):
-        workload.insert_order()
-        workload.customer_step()
-    workload.events_step()
+    workload = seeded_shop(pg_conn, rng)
     _refresh_all(pg_conn, SHOP_QUERIES, f"seed {seed}, build")
     for cycle in range(4):
         done = [workload.step() for _ in range(rng.randint(5, 30))]

@@ -74,6 +74,17 @@ AMOUNTS = [None, 5, 10, 25.5, 49.99, 50, 75, 80.01, 99.99, 120]
 KINDS = ["a", "b", "c", None]
 
 
+def seeded_shop(conn: Any, rng: random.Random) -> Workload:
+    """The four tables, created and given a first dozen orders and customers and some events."""
+    execute(conn, SCHEMA_SQL)
+    workload = Workload(conn, rng)
+    for _ in range(12):
+        workload.insert_order()
+        workload.customer_step()
+    workload.events_step()
+    return workload
+
+
 class Workload:
     """Random DML over the four tables; keeps track of which keys exist so it can reuse them."""
 
@@ -268,12 +279,7 @@ SEEDS = range(1, int(os.environ.get("DBT_IVM_RANDOM_SEEDS", "4")) + 1)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_dml_keeps_every_stream_table_equal_to_its_query(pg_conn: Any, seed: int) -> None:
     rng = random.Random(seed)
-    execute(pg_conn, SCHEMA_SQL)
-    workload = Workload(pg_conn, rng)
-    for _ in range(12):
-        workload.insert_order()
-        workload.customer_step()
-    workload.events_step()
+    workload = seeded_shop(pg_conn, rng)
     _refresh_all(pg_conn, 1, f"seed {seed}, initial build")
     for cycle in range(2, 8):
         done = [workload.step() for _ in range(rng.randint(5, 40))]

@@ -123,15 +123,7 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
     except UnsupportedQuery as unsupported:
         if spec.refresh_mode == "differential":
             raise
-        return Compiled(
-            None,
-            None,
-            [],
-            unsupported,
-            {},
-            output_names,
-            views_digest(t.info for t in catalog.tables.values()),
-        )
+        return Compiled(None, None, [], unsupported, {}, output_names, _views_digest(catalog))
     layout = layout_of(plan)
     names = {s.table.qualified for s in scans_of(plan.input)}
     sources = [catalog.tables[n] for n in sorted(names)]
@@ -143,15 +135,11 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
             fields = spark.sql(render(probe, "spark")).schema.fields
             for field, call in zip(fields, plan.calls, strict=True):
                 call_types[call.index] = field.dataType.simpleString()
-    return Compiled(
-        plan,
-        layout,
-        sources,
-        None,
-        call_types,
-        output_names,
-        views_digest(t.info for t in catalog.tables.values()),
-    )
+    return Compiled(plan, layout, sources, None, call_types, output_names, _views_digest(catalog))
+
+
+def _views_digest(catalog: SparkCatalog) -> str:
+    return views_digest(t.info for t in catalog.tables.values())
 
 
 def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
