@@ -1,7 +1,8 @@
 """What the engine needs to know about source tables, independent of the database.
 
-A `Catalog` answers "which columns and primary key does this table have"; the PostgreSQL and
-Spark runtimes implement it against their system catalogs, tests may use `StaticCatalog`.
+A `Catalog` answers "which columns and primary key does this table have" and "how volatile is this
+function"; the PostgreSQL and Spark runtimes implement it against their system catalogs, tests may
+use `StaticCatalog`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ class Catalog(Protocol):
     def lookup(self, schema: str | None, name: str) -> TableInfo | None:
         """The table `schema.name` (schema None: the search path), or None if it does not exist."""
 
+    def function_volatility(self, name: str, arg_count: int, schema: str | None = None) -> str | None:
+        """How volatile a call of `schema.name` (exact spellings; schema None: the search path) with
+        `arg_count` arguments is: 'i' immutable, 's' stable, 'v' volatile, the worst of the overloads
+        such a call could resolve to. None when the catalog cannot tell (no such function, or a
+        database without volatility in its catalog): the caller judges by name."""
+
 
 class StaticCatalog:
     """A catalog held in memory, for doctests and pure-engine tests.
@@ -56,6 +63,9 @@ class StaticCatalog:
 
     def lookup(self, schema: str | None, name: str) -> TableInfo | None:
         return self._tables.get((schema or self._default_schema, name))
+
+    def function_volatility(self, name: str, arg_count: int, schema: str | None = None) -> str | None:
+        return None  # holds no functions: calls are judged by name
 
 
 def views_digest(tables: Iterable[TableInfo]) -> str:

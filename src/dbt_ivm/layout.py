@@ -64,8 +64,10 @@ def state_columns(call: AggCall) -> tuple[str, ...]:
     return (f"{prefix}_sum", f"{prefix}_nn")
 
 
-def key_column(scan_position: int, pk_column: str) -> str:
-    return f"__ivm_k{scan_position}_{pk_column}"
+def key_column(scan_position: int, pk_index: int) -> str:
+    """The hidden column holding a scan's `pk_index`-th primary key column (1-based). Positional: key
+    names of up to 63 bytes would be cut to one name when prefixed."""
+    return f"__ivm_k{scan_position}_{pk_index}"
 
 
 def layout_of(plan: Plan) -> Layout:
@@ -75,7 +77,7 @@ def layout_of(plan: Plan) -> Layout:
     assert isinstance(plan, Project)
     scans = scans_of(plan.input)
     if all(s.table.primary_key for s in scans):
-        keys = tuple(key_column(s.position, c) for s in scans for c in s.table.primary_key)
+        keys = tuple(key_column(s.position, i) for s in scans for i in range(1, len(s.table.primary_key) + 1))
         return Layout("keyed", user, keys, keys)
     return Layout("multiset", user, (), user)
 

@@ -12,6 +12,7 @@ from dbt_ivm.delta.filter import delta_relation
 from dbt_ivm.delta.terms import Bindings, Term
 from dbt_ivm.layout import Layout, key_column
 from dbt_ivm.plan.nodes import Project, scans_of
+from dbt_ivm.reserved import internal_column
 from dbt_ivm.sqltext import WEIGHT, expr_sql, q
 
 
@@ -19,8 +20,9 @@ def project_select(plan: Project, layout: Layout, term: Term, bindings: Bindings
     columns = [f"{expr_sql(o.expression)} AS {q(o.name)}" for o in plan.outputs]
     if layout.kind == "keyed":
         for scan in scans_of(plan.input):
-            for pk in scan.table.primary_key:
-                columns.append(f"{q(scan.alias)}.{q(pk)} AS {q(key_column(scan.position, pk))}")
+            for index, pk in enumerate(scan.table.primary_key, 1):
+                source_column = q(internal_column(scan.table, pk))
+                columns.append(f"{q(scan.alias)}.{source_column} AS {q(key_column(scan.position, index))}")
     columns.append(f"{weight} AS {q(WEIGHT)}")
     return f"SELECT {', '.join(columns)} FROM {term.from_sql(bindings)}{term.where_sql()}"
 

@@ -1,6 +1,8 @@
 """From model SQL to a logical plan: parse, resolve names with sqlglot's optimizer, then map clauses
 onto operators. Anything the delta rules cannot maintain is refused here, by construct name.
 
+Values that can change between refreshes are refused by `volatility.py`.
+
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
 ...                    Column("amount", "numeric")), ("id",))
@@ -25,6 +27,7 @@ from sqlglot.schema import MappingSchema
 
 from dbt_ivm.catalog import Catalog, TableInfo
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
+from dbt_ivm.plan.internal_names import rename_reserved_columns
 from dbt_ivm.plan.nodes import (
     AggCall,
     AggFunc,
@@ -37,26 +40,8 @@ from dbt_ivm.plan.nodes import (
     Relation,
     Scan,
 )
+from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
 
-# Functions whose value changes between a refresh and a recomputation: the table could never equal its query.
-VOLATILE_FUNCTIONS = {
-    "now",
-    "random",
-    "rand",
-    "clock_timestamp",
-    "statement_timestamp",
-    "transaction_timestamp",
-    "timeofday",
-    "gen_random_uuid",
-    "uuid",
-    "current_timestamp",
-    "current_date",
-    "current_time",
-    "localtimestamp",
-    "localtime",
-    "nextval",
-}
-VOLATILE_NODES = (exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.Rand)
 SUPPORTED_AGGREGATES: dict[type[exp.Expr], AggFunc] = {
     exp.Count: "count",
     exp.Sum: "sum",
@@ -85,6 +70,8 @@ def build_plan(
         Dialect.get_or_raise(dialect).normalization_strategy is NormalizationStrategy.CASE_INSENSITIVE
     )
     schema = MappingSchema(dict[str, object](by_schema), dialect=dialect, normalize=case_insensitive)
+    if dialect == "postgres":
+        refuse_value_keywords(tree, model)  # qualify would take them for unknown columns
     try:
         tree = qualify(
             tree, schema=schema, dialect=dialect, quote_identifiers=True, validate_qualify_columns=True
@@ -94,11 +81,14 @@ def build_plan(
         raise InvalidQuery(model, str(error)) from error
     if not isinstance(tree, exp.Select):
         raise UnsupportedQuery(model, f"top-level `{type(tree).__name__.upper()}`", "write a single SELECT")
+    # Before the construct checks: a view left unmerged (a subquery) should be refused for its call.
+    refuse_nondeterministic(tree, catalog, schema, model)
     _refuse_unsupported(tree, model)
-    relation = _relation(tree, tables, model)
     names = list(output_names) if output_names is not None else [s.alias_or_name for s in tree.selects]
     if len(names) != len(tree.selects):
         raise InvalidQuery(model, f"expected {len(tree.selects)} output names, got {len(names)}")
+    rename_reserved_columns(tree, tables)
+    relation = _relation(tree, tables, model)
     outputs = tuple(Output(name, _unalias(s)) for name, s in zip(names, tree.selects, strict=True))
     if _is_aggregate(tree):
         return _aggregate(tree, relation, outputs, model)
@@ -175,12 +165,6 @@ def _refuse_unsupported(tree: exp.Select, model: str) -> None:
             )
         if isinstance(node, exp.Subquery | exp.Exists) or (isinstance(node, exp.Select) and node is not tree):
             raise UnsupportedQuery(model, f"subquery `{node.sql('postgres')[:60]}`", "join instead")
-        if isinstance(node, VOLATILE_NODES) or (
-            isinstance(node, exp.Func) and node.sql_name().lower() in VOLATILE_FUNCTIONS
-        ):
-            raise UnsupportedQuery(
-                model, f"non-deterministic function `{node.sql('postgres')}`", "compute it outside the model"
-            )
     for clause, construct in (("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
         if tree.args.get(clause):
             raise UnsupportedQuery(model, f"`{construct}`", "filter in a downstream model")

@@ -48,6 +48,19 @@ class PostgresCatalog:
         self.seen.append(found)
         return found
 
+    def function_volatility(self, name: str, arg_count: int, schema: str | None = None) -> str | None:
+        # Overload resolution depends on argument types we do not know: take the worst of every
+        # function a call with this many arguments could reach (defaults and VARIADIC included).
+        # 'i' < 's' < 'v' in text order too, so max() is the worst.
+        volatility = self.db.value(
+            "SELECT max(p.provolatile::text) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE p.proname = %s AND p.prokind <> 'p' "
+            "AND n.nspname = ANY (CASE WHEN %s::name IS NULL THEN current_schemas(true) ELSE ARRAY[%s::name] END) "
+            "AND %s >= p.pronargs - p.pronargdefaults AND (%s <= p.pronargs OR p.provariadic <> 0)",
+            (name, schema, schema, arg_count, arg_count),
+        )
+        return None if volatility is None else str(volatility)
+
 
 def describe(db: Db, sql: str) -> list[tuple[str, str]]:
     """Output column names and types of a query, as PostgreSQL itself resolves them."""

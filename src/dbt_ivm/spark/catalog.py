@@ -50,6 +50,9 @@ class SparkCatalog:
         found = self.describe(schema, name)
         return None if found is None else found.info
 
+    def function_volatility(self, name: str, arg_count: int, schema: str | None = None) -> str | None:
+        return None  # Spark's catalog does not record determinism: calls are judged by name
+
     def describe(self, schema: str | None, name: str) -> SparkTable | None:
         schema = schema or str(self.spark.catalog.currentDatabase())
         relation = bt(schema, name)

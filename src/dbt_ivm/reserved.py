@@ -1,0 +1,62 @@
+"""Names the engine keeps for itself, and how user names are kept apart from them.
+
+Generated SQL puts a source's columns next to bookkeeping columns (a change's weight, its writer's
+transaction id) in one relation. Every bookkeeping name starts with ``__ivm_``; a source column
+whose name starts with it too (say ``__ivm_weight``) is carried under a positional name,
+``__ivm_c<n>`` for the n-th column, inside the engine. That name cannot clash with ours (none of
+ours is ``__ivm_c`` followed by digits only) nor with another user column (those do not start with
+``__ivm_``). The model's own query is rewritten to the internal names, and the sources are read
+through a relation that renames them.
+
+>>> from dbt_ivm.catalog import Column, TableInfo
+>>> t = TableInfo("public", "t", (Column("id", "int"), Column("__ivm_weight", "int")))
+>>> internal_columns(t)
+['id', '__ivm_c2']
+>>> source_relation_sql(t)
+'(SELECT "id", "__ivm_weight" AS "__ivm_c2" FROM "public"."t")'
+"""
+
+from __future__ import annotations
+
+from dbt_ivm.catalog import TableInfo
+from dbt_ivm.sqltext import HIDDEN_PREFIX, q, qn
+
+
+def is_reserved(name: str) -> bool:
+    """Does a user name start like the engine's own names? (Spark folds case: compare folded.)"""
+    return name.lower().startswith(HIDDEN_PREFIX)
+
+
+def internal_column(table: TableInfo, column: str) -> str:
+    """The name the engine uses for `column` of `table`."""
+    if not is_reserved(column):
+        return column
+    position = table.column_names().index(column) + 1
+    return f"{HIDDEN_PREFIX}c{position}"
+
+
+def internal_columns(table: TableInfo) -> list[str]:
+    return [internal_column(table, c) for c in table.column_names()]
+
+
+def needs_renaming(table: TableInfo) -> bool:
+    return any(is_reserved(c) for c in table.column_names())
+
+
+def renamed_select(table: TableInfo, alias: str = "") -> str:
+    """A select list of the table's columns (from `alias`, if given) under their internal names."""
+    prefix = f"{q(alias)}." if alias else ""
+    return ", ".join(
+        prefix + q(c)
+        if c == internal_column(table, c)
+        else f"{prefix}{q(c)} AS {q(internal_column(table, c))}"
+        for c in table.column_names()
+    )
+
+
+def source_relation_sql(table: TableInfo) -> str:
+    """The table's current rows under internal column names, to alias in a FROM clause (the table
+    itself when no column needs renaming)."""
+    if not needs_renaming(table):
+        return qn(table.schema, table.name)
+    return f"(SELECT {renamed_select(table)} FROM {qn(table.schema, table.name)})"
