@@ -18,20 +18,19 @@ def plain_layout(names: list[str]) -> Layout:
     return Layout("multiset", tuple(names), (), tuple(names))
 
 
-def create_table(db: Db, relation: str, layout: Layout, contents: str) -> int:
-    """CREATE TABLE AS the contents, plus the key hash (and ordinals for repeated rows), indexed."""
+def create_table(db: Db, relation: str, layout: Layout, contents: str, hashed: bool = True) -> int:
+    """CREATE TABLE AS the contents, plus the key hash (and ordinals for repeated rows), indexed.
+
+    `hashed` False: a key column's type has no hash function; rows are matched on the key alone."""
     columns = ", ".join(f"c.{q(col)}" for col in layout.columns)
     extra = ""
     if layout.kind == "multiset":
         values = ", ".join(f"c.{q(col)}" for col in layout.columns)
-        extra = (
-            f", row_number() OVER (PARTITION BY {values}) AS {q(DUP)}, "
-            f"{hash_sql([f'c.{q(col)}' for col in layout.columns])} AS {q(HASH)}"
-        )
-    elif layout.key:
-        extra = f", {hash_sql([f'c.{q(k)}' for k in layout.key])} AS {q(HASH)}"
+        extra = f", row_number() OVER (PARTITION BY {values}) AS {q(DUP)}"
+    if hashed and layout.key:
+        extra += f", {hash_sql([f'c.{q(k)}' for k in layout.key])} AS {q(HASH)}"
     rows = db.execute(f"CREATE TABLE {relation} AS SELECT {columns}{extra} FROM ({contents}) AS c")
-    if extra:
+    if hashed and layout.key:
         db.execute(f"CREATE INDEX ON {relation} ({q(HASH)})")
     # Statistics now, not when autovacuum gets round to it: the first refresh's MERGE must see that a
     # handful of keys is best found through the hash index.
@@ -46,19 +45,21 @@ def apply_row_delta(
     delta: str,
     result: RefreshResult,
     triggers: TriggerChoice | None = None,
+    hashed: bool = True,
 ) -> None:
     """Apply a row delta (layout columns + weight) and count what changed into `result`.
 
-    `triggers` (user triggers found on the table) picks explicit DML or MERGE; None: MERGE."""
+    `triggers` (user triggers found on the table) picks explicit DML or MERGE; None: MERGE.
+    `hashed`: the table was created with a key hash (create_table)."""
     result.apply_path = "merge"
     if triggers is not None:
         triggers.record(result)
     if layout.kind == "multiset":
         db.execute(
-            f"CREATE TEMP TABLE {q(ROWS)} ON COMMIT DROP AS {multiset.summed_rows_sql(layout, delta, True)}"
+            f"CREATE TEMP TABLE {q(ROWS)} ON COMMIT DROP AS {multiset.summed_rows_sql(layout, delta, hashed)}"
         )
         db.execute(f"ANALYZE {q(ROWS)}")
-        ops = multiset.ordinal_ops_sql(layout, f"pg_temp.{q(ROWS)}", relation, True)
+        ops = multiset.ordinal_ops_sql(layout, f"pg_temp.{q(ROWS)}", relation, hashed)
         db.execute(f"CREATE TEMP TABLE {q(OPS)} ON COMMIT DROP AS {ops}")
         counts = db.one(
             f"SELECT COALESCE(SUM(CASE WHEN {q(WEIGHT)} > 0 THEN 1 ELSE 0 END), 0), "
@@ -71,12 +72,12 @@ def apply_row_delta(
             db.execute(f"ANALYZE {q(OPS)}")
             if triggers is not None and triggers.explicit:
                 pair = (int(counts[0]), int(counts[1]))
-                write_multiset(db, triggers, layout, f"pg_temp.{q(OPS)}", relation, pair, result)
+                write_multiset(db, triggers, layout, f"pg_temp.{q(OPS)}", relation, pair, result, hashed)
                 return
             with suppressed(db, triggers):
-                db.execute(multiset.merge_sql(layout, f"pg_temp.{q(OPS)}", relation, True))
+                db.execute(multiset.merge_sql(layout, f"pg_temp.{q(OPS)}", relation, hashed))
         return
-    use_hash = bool(layout.key)
+    use_hash = hashed and bool(layout.key)
     db.execute(
         f"CREATE TEMP TABLE {q(ROWS)} ON COMMIT DROP AS {keyed.consolidated_rows_sql(layout, delta, use_hash)}"
     )
@@ -112,6 +113,8 @@ def apply_full_diff(
     contents: str,
     result: RefreshResult,
     triggers: TriggerChoice | None = None,
+    hashed: bool = True,
 ) -> None:
     """FULL refresh through the same path as a differential one: the same row triggers fire."""
-    apply_row_delta(db, relation, layout, full_delta_sql(relation, layout, contents), result, triggers)
+    delta = full_delta_sql(relation, layout, contents)
+    apply_row_delta(db, relation, layout, delta, result, triggers, hashed)

@@ -2,34 +2,67 @@
 
 One buffer per source table, shared by every stream table reading it. Following one row:
 ``UPDATE orders SET amount = 59.99 WHERE id = 1`` fires the UPDATE trigger once for the statement;
-it appends the old image (weight −1) and then the new image (weight +1) to
-``dbt_ivm.changes_<oid>``, both stamped with the writer's ``pg_current_xact_id()`` and one statement
-number (deletes sort before inserts within a statement) — native column types, no JSON. TRUNCATE
-cannot list its rows, so its trigger appends a marker (weight 0) that forces the next refresh of every
-consumer to be FULL.
+it appends the old image (weight −1) and the new image (weight +1) to ``dbt_ivm.changes_<oid>``,
+both stamped with the writer's ``pg_current_xact_id()`` — native column types, no JSON. Nothing
+records the order in which statements fired: a nested statement (a row trigger updating the row
+again) fires its capture before the outer statement's, and a batch's net effect is a sum of weights
+that does not depend on that order (``delta/compact.py``). TRUNCATE cannot list its rows, so its
+trigger appends a marker (weight 0) that forces the next refresh of every consumer to be FULL.
 
-Buffers are UNLOGGED and unindexed, so capture costs little more than writing the rows once more. Crash
-recovery (or a failover) empties unlogged tables; each buffer therefore holds a sentinel row
-(weight 9) written at install. A buffer without its sentinel was reset: capture is reinstalled and
-every consumer's next refresh is FULL, so a lost change can never leave a stream table stale.
+What a user could do to a source without firing ordinary triggers is either captured or detected:
+
+* the triggers are ``ENABLE ALWAYS``, so they fire under ``session_replication_role = replica``
+  (logical replication apply) too — where the dbt role does not own the source it cannot set that,
+  and a source that a subscription writes is then refreshed FULL (``replication_blind_spot``);
+* they sit on the source and on every partition and inheritance child below it (a statement fires
+  the triggers of the table it names only);
+* a fingerprint of the source's state is stored at install: its columns (number, name, type,
+  modifier), the storage of every table in its tree (relfilenode: a rewriting ALTER TABLE, a column
+  dropped and re-added, VACUUM FULL), and our trigger rows (their xmin and enabled state: any
+  ``ALTER TABLE … DISABLE/ENABLE TRIGGER`` rewrites them). A refresh that finds a different state
+  reinstalls capture, and every consumer's next refresh is FULL with the reason.
+
+Buffers are UNLOGGED and unindexed, and their columns have base types: a domain's CHECK (user code)
+never runs inside capture, whose function is SECURITY DEFINER. Crash recovery (or a failover) empties
+unlogged tables; each buffer therefore holds a sentinel row (weight 9) written at install. A buffer
+without its sentinel was reset: capture is reinstalled and the next refresh is FULL.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.sqltext import SEQ, WEIGHT, lit, q, qn
+from dbt_ivm.reserved import internal_columns
+from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
+# Bump when the buffer's shape or the capture function changes: older installs are reinstalled.
+CAPTURE_VERSION = 2
 XID = "__ivm_xid"
 SENTINEL = 9  # weight of the row that proves a buffer was not reset by crash recovery
-STATEMENTS = "change_statements"  # sequence numbering captured statements, shared by all buffers
 TRIGGER_PREFIX = "__ivm_capture_"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
-# The source and, when it is partitioned, every partition below it (relid).
-TARGETS_SQL = "SELECT %s::oid AS relid UNION SELECT relid FROM pg_partition_tree(%s::oid::regclass)"
+# The source and every table below it: partitions and inheritance children, at any depth.
+TREE_SQL = (
+    "WITH RECURSIVE tree(relid) AS (SELECT %(source)s::oid UNION "
+    "SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.relid) "
+)
+# What capture depends on, as three JSON arrays (see the module docstring).
+STATE_SQL = TREE_SQL + (
+    "SELECT (SELECT COALESCE(jsonb_agg(jsonb_build_array(a.attnum, a.attname, a.atttypid::regtype::text, "
+    "a.atttypmod) ORDER BY a.attnum), '[]') FROM pg_attribute a "
+    "WHERE a.attrelid = %(source)s::oid AND a.attnum > 0 AND NOT a.attisdropped), "
+    "(SELECT COALESCE(jsonb_agg(jsonb_build_array(c.oid::bigint, c.relfilenode::bigint) ORDER BY c.oid), '[]') "
+    "FROM tree JOIN pg_class c ON c.oid = tree.relid), "
+    "(SELECT COALESCE(jsonb_agg(jsonb_build_array(t.tgrelid::bigint, t.tgname, t.xmin::text, t.tgenabled) "
+    "ORDER BY t.tgrelid, t.tgname), '[]') FROM pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
+    "WHERE t.tgfoid = to_regprocedure(%(function)s))"
+)
+STATE_PARTS = ("columns", "storage", "triggers")
 # Errors a capture statement raises when the source's columns no longer match its buffer.
 SCHEMA_DRIFT = (
     "undefined_column",
@@ -41,6 +74,12 @@ SCHEMA_DRIFT = (
     "invalid_datetime_format",
     "datetime_field_overflow",
 )
+EVENTS = {
+    "ins": f"AFTER INSERT ON {{}} REFERENCING NEW TABLE AS {q(NEW_ROWS)}",
+    "upd": f"AFTER UPDATE ON {{}} REFERENCING OLD TABLE AS {q(OLD_ROWS)} NEW TABLE AS {q(NEW_ROWS)}",
+    "del": f"AFTER DELETE ON {{}} REFERENCING OLD TABLE AS {q(OLD_ROWS)}",
+    "trunc": "AFTER TRUNCATE ON {}",
+}
 
 
 def buffer_name(table: TableInfo) -> str:
@@ -49,6 +88,10 @@ def buffer_name(table: TableInfo) -> str:
 
 def function_name(table: TableInfo) -> str:
     return f"capture_{table.identity}"
+
+
+def _function_signature(catalog: str, table: TableInfo) -> str:
+    return qn(catalog, function_name(table)) + "()"
 
 
 def remove_unused(db: Db, catalog: str) -> None:
@@ -64,36 +107,64 @@ def remove_unused(db: Db, catalog: str) -> None:
         db.execute(f"DELETE FROM {qn(catalog, 'change_buffers')} WHERE source = %s", (source,))
 
 
-def installed(db: Db, catalog: str, table: TableInfo) -> bool:
-    """Are this table's capture triggers in place, writing a buffer with all of its current columns?"""
+def current_state(db: Db, catalog: str, table: TableInfo) -> dict[str, Any]:
+    """The source's columns, storage and capture triggers now (compared with what install stored)."""
+    row = db.one(STATE_SQL, {"source": table.identity, "function": _function_signature(catalog, table)})
+    assert row is not None
+    return dict(zip(STATE_PARTS, row, strict=True))
+
+
+def reinstall_reason(db: Db, catalog: str, table: TableInfo) -> str | None:
+    """Why this source's capture must be (re)installed, or None when it is complete and untouched."""
+    label = table.qualified
     row = db.one(
-        f"SELECT source_oid::text, columns FROM {qn(catalog, 'change_buffers')} WHERE source = %s",
-        (table.qualified,),
+        f"SELECT source_oid::text, capture_version, state, to_regclass(%s) IS NOT NULL "
+        f"FROM {qn(catalog, 'change_buffers')} WHERE source = %s",
+        (qn(catalog, buffer_name(table)), label),
     )
-    if row is None or row[0] != table.identity or list(row[1]) != table.column_names():
-        return False
-    # A column whose type changed (same name) needs a new buffer too.
-    buffer_columns = db.rows(
-        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-        "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped AND attname <> ALL (%s) "
-        "ORDER BY attnum",
-        (qn(catalog, buffer_name(table)), [SEQ, XID, WEIGHT]),
-    )
-    if [(str(n), str(t)) for n, t in buffer_columns] != [(c.name, c.type) for c in table.columns]:
-        return False
-    if not db.value(
+    if row is None:
+        return f"change capture on {label} was installed"
+    oid, version, stored, buffer_exists = row
+    if oid != table.identity:
+        return f"{label} was dropped and re-created"
+    if version != CAPTURE_VERSION or stored is None:
+        return f"change capture on {label} was upgraded"
+    if not buffer_exists or not db.value(
         f"SELECT EXISTS (SELECT 1 FROM {qn(catalog, buffer_name(table))} WHERE {q(WEIGHT)} = {SENTINEL})"
     ):
-        return False  # reset by crash recovery or failover: changes may be missing
-    # Four triggers on the source and on each of its partitions, and on nothing else (a detached one).
-    complete = db.value(
-        f"WITH targets AS ({TARGETS_SQL}), fn AS (SELECT to_regprocedure(%s) AS oid) "
-        "SELECT (SELECT count(*) FROM pg_trigger t, fn WHERE t.tgfoid = fn.oid) = 4 * (SELECT count(*) FROM targets) "
-        "AND (SELECT count(*) FROM pg_trigger t, fn, targets x WHERE t.tgfoid = fn.oid AND t.tgrelid = x.relid) "
-        "= 4 * (SELECT count(*) FROM targets)",
-        (table.identity, table.identity, qn(catalog, function_name(table)) + "()"),
+        return f"the change buffer of {label} was reset (crash recovery or failover)"
+    now = current_state(db, catalog, table)
+    if now["columns"] != stored["columns"]:
+        return f"the columns of {label} changed"
+    if [oid for oid, _ in now["storage"]] != [oid for oid, _ in stored["storage"]]:
+        return f"the partitions or inheritance children of {label} changed"
+    if now["storage"] != stored["storage"]:
+        truncated = f"SELECT EXISTS (SELECT 1 FROM {qn(catalog, buffer_name(table))} WHERE {q(WEIGHT)} = 0)"
+        if db.value(truncated):
+            return f"{label} was truncated"
+        return f"{label} was rewritten (ALTER TABLE … TYPE, a column dropped and re-added, VACUUM FULL or CLUSTER)"
+    if now["triggers"] != stored["triggers"]:
+        return f"the change capture triggers on {label} were disabled, altered or dropped"
+    return None
+
+
+def replication_blind_spot(db: Db, catalog: str, table: TableInfo) -> str | None:
+    """Why changes to this source may go unseen even with capture in place, or None.
+
+    Capture triggers that could not be set ENABLE ALWAYS (the dbt role does not own the source) do
+    not fire when a logical replication subscription applies changes: such a source is recomputed."""
+    blind = db.value(
+        TREE_SQL + "SELECT EXISTS (SELECT 1 FROM pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
+        "WHERE t.tgfoid = to_regprocedure(%(function)s) AND t.tgenabled <> 'A') "
+        "AND EXISTS (SELECT 1 FROM pg_subscription_rel r JOIN tree ON r.srrelid = tree.relid)",
+        {"source": table.identity, "function": _function_signature(catalog, table)},
     )
-    return bool(complete)
+    if not blind:
+        return None
+    return (
+        f"{table.qualified} is written by logical replication and its capture triggers are not "
+        "ENABLE ALWAYS (only its owner can set that)"
+    )
 
 
 def lock_installs(db: Db) -> None:
@@ -101,11 +172,60 @@ def lock_installs(db: Db) -> None:
     db.execute("SELECT pg_advisory_xact_lock(hashtext('dbt_ivm capture install'))")
 
 
-def install(db: Db, catalog: str, table: TableInfo) -> None:
-    """(Re)create the buffer, capture function and the four triggers. Runs in the caller's transaction."""
+def _base_type(db: Db, type_oid: int, typmod: int) -> tuple[int, int]:
+    """A domain's base type (through domains over domains); an array of a domain becomes an array of
+    its base. A buffer holds base types so that no domain CHECK, which is user code, runs in capture."""
+    for _ in range(32):
+        row = db.one(
+            "SELECT t.typtype, t.typbasetype, t.typtypmod, t.typcategory, t.typelem FROM pg_type t WHERE t.oid = %s",
+            (type_oid,),
+        )
+        assert row is not None
+        kind, base, base_mod, category, element = row
+        if kind == "d":
+            type_oid, typmod = int(base), int(base_mod) if int(base_mod) >= 0 else typmod
+            continue
+        if category == "A" and element:
+            element_base, _ = _base_type(db, int(element), -1)
+            if element_base != int(element):
+                array = db.value("SELECT typarray FROM pg_type WHERE oid = %s", (element_base,))
+                return int(array), typmod
+        return type_oid, typmod
+    return type_oid, typmod
+
+
+def base_type_name(db: Db, type_name: str) -> str:
+    """`type_name` with domains resolved to their base (casting to a domain runs its CHECK)."""
+    row = db.one("SELECT %s::regtype::oid::bigint", (type_name,))
+    assert row is not None
+    base, modifier = _base_type(db, int(row[0]), -1)
+    if base == int(row[0]):
+        return type_name  # keeps its modifier, e.g. numeric(10,2)
+    return str(db.value("SELECT format_type(%s::oid, %s)", (base, modifier)))
+
+
+def _storage_types(db: Db, table: TableInfo) -> list[str]:
+    """The buffer's column types, in the source's column order."""
+    columns = db.rows(
+        "SELECT atttypid::bigint, atttypmod FROM pg_attribute WHERE attrelid = %s::oid AND attnum > 0 "
+        "AND NOT attisdropped ORDER BY attnum",
+        (table.identity,),
+    )
+    types = []
+    for type_oid, typmod in columns:
+        base, base_mod = _base_type(db, int(type_oid), int(typmod))
+        types.append(str(db.value("SELECT format_type(%s::oid, %s)", (base, base_mod))))
+    return types
+
+
+def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
+    """(Re)create the buffer, capture function and triggers. Runs in the caller's transaction.
+
+    Every consumer's next refresh is FULL, for `reason` (its frontier says nothing of a new buffer)."""
     buffer = qn(catalog, buffer_name(table))
     function = qn(catalog, function_name(table))
-    column_defs = ", ".join(f"{q(c.name)} {c.type}" for c in table.columns)
+    names = internal_columns(table)
+    types = _storage_types(db, table)
     # A source dropped and recreated has a new oid: drop the old table's buffer and function.
     previous = db.value(
         f"SELECT source_oid::text FROM {qn(catalog, 'change_buffers')} WHERE source = %s", (table.qualified,)
@@ -114,36 +234,72 @@ def install(db: Db, catalog: str, table: TableInfo) -> None:
         db.execute(f"DROP TABLE IF EXISTS {qn(catalog, f'changes_{previous}')}")
         db.execute(f"DROP FUNCTION IF EXISTS {qn(catalog, f'capture_{previous}')}() CASCADE")
     db.execute(f"DROP TABLE IF EXISTS {buffer}")
-    # Also removes this function's triggers from tables that are no longer partitions of the source.
+    # Also removes this function's triggers from tables that are no longer below the source.
     db.execute(f"DROP FUNCTION IF EXISTS {function}() CASCADE")
-    statements = qn(catalog, STATEMENTS)
-    db.execute(f"CREATE SEQUENCE IF NOT EXISTS {statements}")
+    column_defs = "".join(f", {q(n)} {t}" for n, t in zip(names, types, strict=True))
     db.execute(
-        f"CREATE UNLOGGED TABLE {buffer} ({q(SEQ)} bigint NOT NULL, {q(XID)} xid8 NOT NULL, "
-        f"{q(WEIGHT)} smallint NOT NULL{', ' + column_defs if column_defs else ''})"
+        f"CREATE UNLOGGED TABLE {buffer} ({q(XID)} xid8 NOT NULL, {q(WEIGHT)} smallint NOT NULL{column_defs})"
     )
-    db.execute(
-        f"INSERT INTO {buffer} ({q(SEQ)}, {q(XID)}, {q(WEIGHT)}) VALUES (0, pg_current_xact_id(), {SENTINEL})"
-    )
+    db.execute(f"INSERT INTO {buffer} ({q(XID)}, {q(WEIGHT)}) VALUES (pg_current_xact_id(), {SENTINEL})")
     # Only the capture function (SECURITY DEFINER) writes the buffer: it gets no privileges of its own.
     db.execute(f"REVOKE ALL ON {buffer} FROM PUBLIC")
-    names = ", ".join(q(c.name) for c in table.columns)
+    db.execute(_function_sql(function, buffer, table))
+    db.execute(f"REVOKE ALL ON FUNCTION {function}() FROM PUBLIC")
+    targets = [
+        str(r[0])
+        for r in db.rows(TREE_SQL + "SELECT relid::regclass::text FROM tree", {"source": table.identity})
+    ]
+    for target in targets:
+        for suffix, timing in EVENTS.items():
+            trigger = q(TRIGGER_PREFIX + suffix)
+            db.execute(
+                f"CREATE OR REPLACE TRIGGER {trigger} {timing.format(target)} "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+            )
+            _enable_always(db, target, trigger)
+    state = current_state(db, catalog, table)
+    db.execute(
+        f"INSERT INTO {qn(catalog, 'change_buffers')} "
+        "(source, source_oid, buffer_table, columns, primary_key, capture_version, state) "
+        "VALUES (%s, %s::oid, %s, %s, %s, %s, %s) ON CONFLICT (source) DO UPDATE SET "
+        "source_oid = EXCLUDED.source_oid, buffer_table = EXCLUDED.buffer_table, columns = EXCLUDED.columns, "
+        "primary_key = EXCLUDED.primary_key, capture_version = EXCLUDED.capture_version, "
+        "state = EXCLUDED.state, installed_at = now()",
+        (
+            table.qualified,
+            table.identity,
+            buffer_name(table),
+            table.column_names(),
+            list(table.primary_key),
+            CAPTURE_VERSION,
+            json.dumps(state),
+        ),
+    )
+    db.execute(
+        f"UPDATE {qn(catalog, 'stream_tables')} SET needs_full = %s "
+        f"WHERE %s = ANY (sources) AND frontier IS NOT NULL",
+        (reason, table.qualified),
+    )
 
-    stamp = f"{q(SEQ)}, {q(XID)}, {q(WEIGHT)}"
-    marker = f"INSERT INTO {buffer} ({stamp}) VALUES (statement_number, writer, 0);"
+
+def _function_sql(function: str, buffer: str, table: TableInfo) -> str:
+    """The capture function. It declares no variables (a PL/pgSQL variable named like a column of the
+    source makes the column reference ambiguous) and reads transition-table columns by name, so it
+    serves partitions and children whose columns sit at other positions."""
+    stamp = f"{q(XID)}, {q(WEIGHT)}"
+    marker = f"INSERT INTO {buffer} ({stamp}) VALUES (pg_current_xact_id(), 0);"
+    names = "".join(f", {q(n)}" for n in internal_columns(table))
 
     def copy(weight: int, rows: str) -> str:
-        values = ", ".join(f"r.{q(c.name)}" for c in table.columns)
+        values = "".join(f", r.{q(c)}" for c in table.column_names())
         return (
-            f"INSERT INTO {buffer} ({stamp}, {names}) "
-            f"SELECT statement_number, writer, {weight}, {values} FROM {q(rows)} AS r;"
+            f"INSERT INTO {buffer} ({stamp}{names}) "
+            f"SELECT pg_current_xact_id(), {weight}{values} FROM {q(rows)} AS r;"
         )
 
-    db.execute(
+    return (
         f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
         f"SET search_path = pg_catalog, pg_temp AS $ivm$\n"
-        # One number and one xid per statement, not per row: ordering needs no more, and it is cheaper.
-        f"DECLARE statement_number bigint := nextval({lit(statements)}); writer xid8 := pg_current_xact_id();\n"
         f"BEGIN\n"
         f"  IF TG_OP = 'INSERT' THEN {copy(1, NEW_ROWS)}\n"
         f"  ELSIF TG_OP = 'UPDATE' THEN {copy(-1, OLD_ROWS)} {copy(1, NEW_ROWS)}\n"
@@ -151,44 +307,25 @@ def install(db: Db, catalog: str, table: TableInfo) -> None:
         f"  ELSE {marker}\n"
         f"  END IF;\n  RETURN NULL;\n"
         # A column dropped, renamed or retyped since install must not fail the user's write: record
-        # a marker instead (the next refresh is FULL and reinstalls capture for the new columns).
+        # a marker instead (the refresh that follows detects the change, reinstalls and is FULL).
         f"EXCEPTION WHEN {' OR '.join(SCHEMA_DRIFT)} THEN {marker} RETURN NULL;\n"
         f"END\n$ivm$"
     )
-    db.execute(f"REVOKE ALL ON FUNCTION {function}() FROM PUBLIC")
-    triggers = {
-        "ins": f"AFTER INSERT ON {{}} REFERENCING NEW TABLE AS {q(NEW_ROWS)}",
-        "upd": f"AFTER UPDATE ON {{}} REFERENCING OLD TABLE AS {q(OLD_ROWS)} NEW TABLE AS {q(NEW_ROWS)}",
-        "del": f"AFTER DELETE ON {{}} REFERENCING OLD TABLE AS {q(OLD_ROWS)}",
-        "trunc": "AFTER TRUNCATE ON {}",
-    }
-    # Statement triggers fire only on the table a statement names: a partitioned source needs them on
-    # every partition too, or writes straight into a partition would go unseen.
-    targets = [
-        str(r[0])
-        for r in db.rows(
-            f"SELECT relid::regclass::text FROM ({TARGETS_SQL}) AS x", (table.identity, table.identity)
-        )
-    ]
-    for target in targets:
-        for suffix, timing in triggers.items():
-            db.execute(
-                f"CREATE OR REPLACE TRIGGER {q(TRIGGER_PREFIX + suffix)} {timing.format(target)} "
-                f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
-            )
-    db.execute(
-        f"INSERT INTO {qn(catalog, 'change_buffers')} (source, source_oid, buffer_table, columns, primary_key) "
-        f"VALUES (%s, %s::oid, %s, %s, %s) ON CONFLICT (source) DO UPDATE SET source_oid = EXCLUDED.source_oid, "
-        f"buffer_table = EXCLUDED.buffer_table, columns = EXCLUDED.columns, primary_key = EXCLUDED.primary_key, "
-        f"installed_at = now()",
-        (table.qualified, table.identity, buffer_name(table), table.column_names(), list(table.primary_key)),
-    )
-    # Consumers' frontiers say nothing about a new buffer: their next refresh must be FULL.
-    db.execute(
-        f"UPDATE {qn(catalog, 'stream_tables')} SET needs_full = %s "
-        f"WHERE %s = ANY (sources) AND frontier IS NOT NULL",
-        (f"change capture on {table.qualified} was (re)installed", table.qualified),
-    )
+
+
+def _enable_always(db: Db, target: str, trigger: str) -> None:
+    """Fire under session_replication_role = replica too. Only the table's owner may set this; a
+    role that may only create triggers leaves them ENABLE (see replication_blind_spot)."""
+    db.execute("SAVEPOINT __ivm_enable_always")
+    try:
+        db.execute(f"ALTER TABLE {target} ENABLE ALWAYS TRIGGER {trigger}")
+    except Exception as error:
+        db.execute("ROLLBACK TO SAVEPOINT __ivm_enable_always")
+        db.execute("RELEASE SAVEPOINT __ivm_enable_always")
+        if getattr(error, "pgcode", None) != "42501":  # insufficient_privilege
+            raise
+        return
+    db.execute("RELEASE SAVEPOINT __ivm_enable_always")
 
 
 def pending_filter(frontier_sql: str) -> str:
@@ -198,10 +335,10 @@ def pending_filter(frontier_sql: str) -> str:
 
 def raw_changes_sql(catalog: str, table: TableInfo, frontier: str) -> str:
     """The source's raw changes since `frontier` (a pg_snapshot text), as a relation."""
-    cols = ", ".join(q(c) for c in table.column_names())
+    cols = ", ".join(q(c) for c in internal_columns(table))
     frontier_sql = f"{lit(frontier)}::pg_snapshot"
     return (
-        f"(SELECT {q(SEQ)}, {q(WEIGHT)}, {cols} FROM {qn(catalog, buffer_name(table))} "
+        f"(SELECT {q(WEIGHT)}, {cols} FROM {qn(catalog, buffer_name(table))} "
         f"WHERE {pending_filter(frontier_sql)} AND {q(WEIGHT)} IN (-1, 1))"
     )
 
@@ -214,8 +351,9 @@ def pending_stats_sql(catalog: str, table: TableInfo, frontier: str) -> str:
     )
 
 
-def _pin_key(table: TableInfo) -> str:
-    return f"dbt_ivm buffer {table.qualified}"
+def pin_key(source: str) -> str:
+    """The advisory lock a stream table being created over `source` holds shared (see pinned)."""
+    return f"dbt_ivm buffer {source}"
 
 
 @contextmanager
@@ -225,7 +363,7 @@ def pinned(db: Db, tables: Sequence[TableInfo]) -> Iterator[None]:
     Its frontier is not visible to other consumers' cleanup until it commits; rows committed after
     its snapshot would otherwise be deleted before it can read them.
     """
-    keys = sorted(_pin_key(t) for t in tables)
+    keys = sorted(pin_key(t.qualified) for t in tables)
     for key in keys:
         db.execute("SELECT pg_advisory_lock_shared(hashtext(%s))", (key,))
     try:
@@ -237,7 +375,9 @@ def pinned(db: Db, tables: Sequence[TableInfo]) -> Iterator[None]:
 
 def cleanup(db: Db, catalog: str, table: TableInfo) -> int:
     """Delete buffer rows that every consuming stream table's frontier already covers."""
-    if not db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (_pin_key(table),)):
+    if not db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, buffer_name(table)),)):
+        return 0  # capture is being reinstalled
+    if not db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (pin_key(table.qualified),)):
         return 0  # a stream table over this source is being created: clean up next time
     return db.execute(
         f"DELETE FROM {qn(catalog, buffer_name(table))} AS b WHERE b.{q(WEIGHT)} <> {SENTINEL} AND NOT EXISTS ("

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+Params = Sequence[Any] | Mapping[str, Any] | None
 
 
 class Db:
@@ -12,23 +14,23 @@ class Db:
         self.connection = connection
         self.statements: list[str] = []  # every statement run, for debugging and tests
 
-    def execute(self, sql: str, params: Sequence[Any] | None = None) -> int:
+    def execute(self, sql: str, params: Params = None) -> int:
         with self.connection.cursor() as cursor:
             self.statements.append(sql)
             cursor.execute(sql, params)
             return int(cursor.rowcount)
 
-    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+    def rows(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
         with self.connection.cursor() as cursor:
             self.statements.append(sql)
             cursor.execute(sql, params)
             return list(cursor.fetchall())
 
-    def one(self, sql: str, params: Sequence[Any] | None = None) -> tuple[Any, ...] | None:
+    def one(self, sql: str, params: Params = None) -> tuple[Any, ...] | None:
         found = self.rows(sql, params)
         return found[0] if found else None
 
-    def value(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+    def value(self, sql: str, params: Params = None) -> Any:
         row = self.one(sql, params)
         return None if row is None else row[0]
 

@@ -9,6 +9,7 @@ from dbt_ivm.postgres.db import Db
 from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
+NEWEST_COLUMN = "shape"  # the column added last: a catalog that has it needs no upgrade
 
 
 def bootstrap(db: Db, catalog: str) -> None:
@@ -16,10 +17,10 @@ def bootstrap(db: Db, catalog: str) -> None:
     s = q(catalog)
     newest_column = (
         "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-        "AND attname = 'views_digest' AND NOT attisdropped)"
+        f"AND attname = '{NEWEST_COLUMN}' AND NOT attisdropped)"
     )
     if db.value(newest_column, (qn(catalog, "stream_tables"),)):
-        return  # created by an earlier run; tables are only ever added together
+        return  # created by an earlier run; columns are only ever added, NEWEST_COLUMN last
     with db.transaction():
         db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (BOOTSTRAP_LOCK,))
         db.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
@@ -32,15 +33,19 @@ def bootstrap(db: Db, catalog: str) -> None:
             "created_at timestamptz NOT NULL DEFAULT now(), refreshed_at timestamptz, "
             "views_digest text NOT NULL DEFAULT '')"
         )
-        # catalogs created before views_digest existed
-        db.execute(
-            f"ALTER TABLE {s}.{q('stream_tables')} ADD COLUMN IF NOT EXISTS views_digest text NOT NULL DEFAULT ''"
-        )
         db.execute(
             f"CREATE TABLE IF NOT EXISTS {s}.{q('change_buffers')} ("
             "source text PRIMARY KEY, source_oid oid NOT NULL, buffer_table text NOT NULL, "
             "columns text[] NOT NULL, primary_key text[] NOT NULL, installed_at timestamptz NOT NULL DEFAULT now())"
         )
+        # Catalogs created by earlier versions gain the newer columns (NEWEST_COLUMN last).
+        for table, column in (
+            ("stream_tables", "views_digest text NOT NULL DEFAULT ''"),
+            ("change_buffers", "capture_version integer NOT NULL DEFAULT 1"),
+            ("change_buffers", "state jsonb"),
+            ("stream_tables", f"{NEWEST_COLUMN} text NOT NULL DEFAULT ''"),
+        ):
+            db.execute(f"ALTER TABLE {s}.{q(table)} ADD COLUMN IF NOT EXISTS {column}")
         db.execute(
             f"CREATE TABLE IF NOT EXISTS {s}.{q('refresh_history')} ("
             "refresh_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, stream_table text NOT NULL, "
@@ -61,17 +66,18 @@ class Registered:
     frontier: str | None
     needs_full: str | None
     views_digest: str
+    shape: str  # the stream table's columns and layout when it was built (runner.shape_of); '' before
 
 
 def lookup(db: Db, catalog: str, stream_table: str) -> Registered | None:
     row = db.one(
         "SELECT stream_table, defining_query, fingerprint, refresh_mode, sources, frontier::text, needs_full, "
-        f"views_digest FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s",
+        f"views_digest, shape FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s",
         (stream_table,),
     )
     if row is None:
         return None
-    return Registered(row[0], row[1], row[2], row[3], list(row[4] or []), row[5], row[6], row[7])
+    return Registered(row[0], row[1], row[2], row[3], list(row[4] or []), row[5], row[6], row[7], row[8])
 
 
 def save(db: Db, catalog: str, values: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ one stream table serialize on a session advisory lock taken before the snapshot.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -22,15 +23,16 @@ from dataclasses import dataclass
 from dbt_ivm.catalog import TableInfo, views_digest
 from dbt_ivm.contents import call_probe_sql, contents_sql
 from dbt_ivm.delta import Bindings, row_delta
-from dbt_ivm.delta.compact import compacted_sql
+from dbt_ivm.delta.compact import compacted_sql, row_image_sql
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
 from dbt_ivm.layout import Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_of
 from dbt_ivm.postgres import apply as pg_apply
-from dbt_ivm.postgres import capture, registry, user_triggers
+from dbt_ivm.postgres import capture, registrations, registry, user_triggers
 from dbt_ivm.postgres.catalog import PostgresCatalog, describe
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.reserved import internal_columns, is_reserved, source_relation_sql
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from dbt_ivm.sqltext import q, qn
 
@@ -55,6 +57,9 @@ class Compiled:
     call_types: dict[int, str]
     output_types: list[tuple[str, str]]
     views_digest: str = ""  # the views the planner expanded (dbt_ivm.catalog.views_digest)
+    # False when a key column's type has no hash function: rows are matched on the key alone.
+    hashed: bool = True
+    shape: str = ""  # the table's columns, types and row key as JSON (compared at every refresh)
 
 
 def fingerprint(sql: str) -> str:
@@ -78,6 +83,13 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
     except Exception as error:
         message = str(getattr(error, "pgerror", None) or error).strip()
         raise InvalidQuery(spec.model, message) from error
+    reserved = [n for n, _ in output_types if is_reserved(n)]
+    if reserved:
+        raise UnsupportedQuery(
+            spec.model,
+            f"output column `{reserved[0]}` (names starting with `__ivm_` are dbt-ivm's bookkeeping columns)",
+            "give it another alias",
+        )
     incomparable = [f"`{n}` ({t})" for n, t in output_types if t.removesuffix("[]") in INCOMPARABLE_TYPES]
     if incomparable:
         # No refresh of any kind can compare such rows: refuse up front, whatever the mode.
@@ -94,10 +106,68 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
     except UnsupportedQuery as unsupported:
         if spec.refresh_mode == "differential":
             raise
-        return Compiled(None, None, [], unsupported, {}, output_types, views_digest(catalog.seen))
-    return Compiled(
+        compiled = Compiled(None, None, [], unsupported, {}, output_types, views_digest(catalog.seen))
+        compiled.shape = json.dumps({"kind": "plain", "columns": output_types})
+        return compiled
+    compiled = Compiled(
         plan, layout_of(plan), sources, None, call_types, output_types, views_digest(catalog.seen)
     )
+    _add_shape(db, compiled)
+    return compiled
+
+
+def _add_shape(db: Db, compiled: Compiled) -> None:
+    """Every column's type (hidden ones too) and whether the row key can be hashed."""
+    assert compiled.plan is not None and compiled.layout is not None
+    layout = compiled.layout
+    contents = contents_sql(compiled.plan, layout, _current_bindings(compiled.sources))
+    types = dict(describe(db, contents))
+    key_types = [types[k] for k in layout.key]
+    compiled.hashed = _hashable(db, key_types)
+    compiled.shape = json.dumps(
+        {
+            "kind": layout.kind,
+            "columns": [[c, types[c]] for c in layout.columns],
+            "key": list(layout.key),
+            "hashed": compiled.hashed,
+        }
+    )
+
+
+def _hashable(db: Db, types: list[str]) -> bool:
+    """Can PostgreSQL hash a row of these types? (Hashing a NULL looks the hash function up too.)"""
+    if not types:
+        return True
+    row = ", ".join(f"NULL::{capture.base_type_name(db, t)}" for t in types)
+    db.execute("SAVEPOINT __ivm_hashable")
+    try:
+        db.execute(f"SELECT hash_record_extended(ROW({row}), 0)")
+    except Exception as error:
+        db.execute("ROLLBACK TO SAVEPOINT __ivm_hashable")
+        db.execute("RELEASE SAVEPOINT __ivm_hashable")
+        if getattr(error, "pgcode", None) != "42883":  # undefined_function: no extended hash
+            raise
+        return False
+    db.execute("RELEASE SAVEPOINT __ivm_hashable")
+    return True
+
+
+def shape_change(registered: str, current: str) -> str | None:
+    """Why a table built for the `registered` shape cannot be maintained for the `current` one."""
+    if registered == current:
+        return None
+    if not registered:
+        return "the stream table was built by an earlier version of dbt-ivm"
+    before, after = json.loads(registered), json.loads(current)
+    old_columns, new_columns = dict(map(tuple, before["columns"])), dict(map(tuple, after["columns"]))
+    changed = [
+        f"{name} {old_columns.get(name, '(none)')} → {new_columns.get(name, '(none)')}"
+        for name in list(old_columns) + [n for n in new_columns if n not in old_columns]
+        if old_columns.get(name) != new_columns.get(name)
+    ]
+    if changed:
+        return f"the columns of its query or sources changed ({'; '.join(changed[:5])})"
+    return "the row key of the stream table changed (a source's primary key or a key's hashability)"
 
 
 def _call_types(db: Db, spec: StreamTableSpec, plan: Plan, sources: list[TableInfo]) -> dict[int, str]:
@@ -120,17 +190,18 @@ def _call_types(db: Db, spec: StreamTableSpec, plan: Plan, sources: list[TableIn
 
 
 def _current_bindings(sources: list[TableInfo]) -> Bindings:
-    return Bindings(current={t.qualified: qn(t.schema, t.name) for t in sources})
+    return Bindings(current={t.qualified: source_relation_sql(t) for t in sources})
 
 
 @contextmanager
 def _refresh_lock(db: Db, spec: StreamTableSpec) -> Iterator[None]:
     """Serialize refreshes of one stream table; taken before the snapshot so the second sees the first."""
-    db.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"dbt_ivm refresh {_key(spec)}",))
+    key = registrations.refresh_lock_key(_key(spec))
+    db.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
     try:
         yield
     finally:
-        db.execute("SELECT pg_advisory_unlock(hashtext(%s))", (f"dbt_ivm refresh {_key(spec)}",))
+        db.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
 
 
 def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult:
@@ -138,6 +209,8 @@ def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult
     db = Db(connection)
     started = _clock.started = time.monotonic()
     registry.bootstrap(db, spec.catalog_schema)
+    # Registrations whose table was dropped by hand (or whose model is gone with it) pin buffers.
+    registrations.forget_missing(db, spec.catalog_schema)
     with _refresh_lock(db, spec):
         try:
             result = _run(db, spec)
@@ -187,17 +260,19 @@ def _run(db: Db, spec: StreamTableSpec) -> RefreshResult:
 
 
 def _install_capture(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
-    """Install capture triggers for every source of `sql` that lacks them, in a committed transaction."""
+    """(Re)install capture on every source of `sql` that lacks it or whose capture can no longer be
+    trusted (capture.reinstall_reason), in a committed transaction."""
     with db.transaction():
         compiled = compile_query(db, spec, sql)
         if spec.refresh_mode != "full" and compiled.plan is not None:
             for source in compiled.sources:
-                if not capture.installed(db, spec.catalog_schema, source):
+                if capture.reinstall_reason(db, spec.catalog_schema, source) is not None:
                     # Stream tables over one new source are created in parallel (dbt threads):
                     # install once, re-checking under the lock.
                     capture.lock_installs(db)
-                    if not capture.installed(db, spec.catalog_schema, source):
-                        capture.install(db, spec.catalog_schema, source)
+                    reason = capture.reinstall_reason(db, spec.catalog_schema, source)
+                    if reason is not None:
+                        capture.install(db, spec.catalog_schema, source, reason)
     return compiled
 
 
@@ -211,7 +286,7 @@ def _build(db: Db, spec: StreamTableSpec, sql: str, action: str, reason: str) ->
         dropped_triggers = user_triggers.find_existing(db, relation)
         db.execute(f"DROP TABLE IF EXISTS {relation}")
         layout, contents = _contents(compiled, sql)
-        rows = pg_apply.create_table(db, relation, layout, contents)
+        rows = pg_apply.create_table(db, relation, layout, contents, compiled.hashed)
         registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
         result = RefreshResult(
             action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
@@ -238,6 +313,7 @@ def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[s
         "unsupported_reason": str(compiled.unsupported) if compiled.unsupported else None,
         "sources": [t.qualified for t in compiled.sources] if compiled.plan is not None else [],
         "views_digest": compiled.views_digest,
+        "shape": compiled.shape,
     }
 
 
@@ -257,13 +333,13 @@ def _refresh(db: Db, spec: StreamTableSpec, sql: str, registered: registry.Regis
     for _ in range(2):
         with db.transaction("REPEATABLE READ"):
             compiled = compile_query(db, spec, sql)
-            redefined = compiled.views_digest != registered.views_digest
-            if redefined or _capture_missing(db, spec, compiled):
+            rebuild = _rebuild_reason(compiled, registered)
+            if rebuild or _capture_untrusted(db, spec, compiled):
                 result = None
             else:
                 result = _refresh_in_snapshot(db, spec, sql, compiled)
-        if redefined:
-            return _build(db, spec, sql, "REBUILD", "a view the defining query reads was redefined")
+        if rebuild:
+            return _build(db, spec, sql, "REBUILD", rebuild)
         if result is not None:
             break
         _install_capture(db, spec, sql)
@@ -275,10 +351,17 @@ def _refresh(db: Db, spec: StreamTableSpec, sql: str, registered: registry.Regis
     return result
 
 
-def _capture_missing(db: Db, spec: StreamTableSpec, compiled: Compiled) -> bool:
+def _rebuild_reason(compiled: Compiled, registered: registry.Registered) -> str | None:
+    """Why the stored table no longer fits the query, though its text is the same (None: it fits)."""
+    if compiled.views_digest != registered.views_digest:
+        return "a view the defining query reads was redefined"
+    return shape_change(registered.shape, compiled.shape)
+
+
+def _capture_untrusted(db: Db, spec: StreamTableSpec, compiled: Compiled) -> bool:
     if spec.refresh_mode == "full" or compiled.plan is None:
         return False
-    return not all(capture.installed(db, spec.catalog_schema, s) for s in compiled.sources)
+    return any(capture.reinstall_reason(db, spec.catalog_schema, s) is not None for s in compiled.sources)
 
 
 def _refresh_in_snapshot(db: Db, spec: StreamTableSpec, sql: str, compiled: Compiled) -> RefreshResult:
@@ -316,6 +399,9 @@ def _choose_full_reason(
     total = 0
     changed: list[TableInfo] = []
     for source in compiled.sources:
+        blind = capture.replication_blind_spot(db, spec.catalog_schema, source)
+        if blind is not None:
+            return blind, 0, []
         stats = db.one(capture.pending_stats_sql(spec.catalog_schema, source, current.frontier))
         assert stats is not None
         count, truncated = int(stats[0]), bool(stats[1])
@@ -347,19 +433,22 @@ def _differential(
     for index, source in enumerate(changed):
         temp = q(f"__ivm_delta_{index}")
         raw = capture.raw_changes_sql(spec.catalog_schema, source, current.frontier)
-        compacted = compacted_sql(raw, source.column_names(), source.primary_key)
+        columns = internal_columns(source)
+        compacted = compacted_sql(raw, columns, row_image_sql(columns))
         db.execute(f"CREATE TEMP TABLE {temp} ON COMMIT DROP AS {compacted}")
         db.execute(f"ANALYZE {temp}")
         bindings.delta[source.qualified] = f"pg_temp.{temp}"
     relation = _relation(spec)
-    delta = row_delta(compiled.plan, compiled.layout, bindings, relation, True, compiled.call_types)
+    delta = row_delta(
+        compiled.plan, compiled.layout, bindings, relation, compiled.hashed, compiled.call_types
+    )
     result = RefreshResult(action="DIFFERENTIAL")
     # A delta touches few rows of the stream table, whose pages are mostly cached: the default
     # random_page_cost makes the planner scan it whole instead of probing the key-hash index.
     db.execute("SET LOCAL random_page_cost = 1.1")
     if delta is not None:
         triggers = user_triggers.choose(db, spec, relation)
-        pg_apply.apply_row_delta(db, relation, compiled.layout, delta, result, triggers)
+        pg_apply.apply_row_delta(db, relation, compiled.layout, delta, result, triggers, compiled.hashed)
     return result
 
 
@@ -369,7 +458,7 @@ def _full(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str, reason: s
     result = RefreshResult(action="FULL", reason=reason)
     layout, contents = _contents(compiled, sql)
     triggers = user_triggers.choose(db, spec, relation)
-    pg_apply.apply_full_diff(db, relation, layout, contents, result, triggers)
+    pg_apply.apply_full_diff(db, relation, layout, contents, result, triggers, compiled.hashed)
     return result
 
 
@@ -391,8 +480,7 @@ def _cleanup(db: Db, spec: StreamTableSpec, compiled: Compiled) -> None:
     """
     with db.transaction():
         for source in compiled.sources:
-            if capture.installed(db, spec.catalog_schema, source):
-                capture.cleanup(db, spec.catalog_schema, source)
+            capture.cleanup(db, spec.catalog_schema, source)
 
 
 def drop_stream_table(connection: object, schema: str, name: str, catalog_schema: str = "dbt_ivm") -> None:
@@ -403,4 +491,4 @@ def drop_stream_table(connection: object, schema: str, name: str, catalog_schema
     if exists:
         with db.transaction():
             registry.unregister(db, catalog_schema, f"{schema}.{name}")
-            capture.remove_unused(db, catalog_schema)
+        registrations.remove_unused(db, catalog_schema)

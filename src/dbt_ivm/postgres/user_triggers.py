@@ -176,16 +176,17 @@ def write_multiset(
     relation: str,
     counts: tuple[int, int],
     result: RefreshResult,
+    hashed: bool = True,
 ) -> None:
     """Explicit DML for multiset layouts: DELETE the ordinals that go, INSERT those that come."""
     inserted, deleted = counts
-    dml = explicit.multiset_dml(layout, ops, relation, True)
+    dml = explicit.multiset_dml(layout, ops, relation, hashed)
     if deleted:
         db.execute(dml.delete)
     if inserted:
         db.execute(dml.insert)
     if choice.check_read_back:
-        _warn_if_changed(db, choice, explicit.multiset_mismatches_sql(layout, ops, relation, True), result)
+        _warn_if_changed(db, choice, explicit.multiset_mismatches_sql(layout, ops, relation, hashed), result)
 
 
 def _warn_if_changed(db: Db, choice: TriggerChoice, mismatches_sql: str, result: RefreshResult) -> None:

@@ -40,6 +40,7 @@ from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
 from dbt_ivm.layout import Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_of
+from dbt_ivm.reserved import renamed_select, source_relation_sql
 from dbt_ivm.spark import apply as spark_apply
 from dbt_ivm.spark import registry, source_changes
 from dbt_ivm.spark.apply import TempViews, bt
@@ -129,7 +130,7 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
     sources = [catalog.tables[n] for n in sorted(names)]
     call_types: dict[int, str] = {}
     if isinstance(plan, Aggregate):
-        current = Bindings(current={s.info.qualified: qn(s.info.schema, s.info.name) for s in sources})
+        current = Bindings(current={s.info.qualified: source_relation_sql(s.info) for s in sources})
         probe = call_probe_sql(plan, current)
         if probe is not None:
             fields = spark.sql(render(probe, "spark")).schema.fields
@@ -223,9 +224,11 @@ def _current_bindings(views: TempViews, sources: list[SparkTable], ends: dict[st
         relation = _source_relation(source.info)
         end = ends.get(source.info.qualified, NO_SNAPSHOT)
         if end == NO_SNAPSHOT:
-            current[source.info.qualified] = qn(source.info.schema, source.info.name)
+            current[source.info.qualified] = source_relation_sql(source.info)
             continue
-        view = views.view(f"cur{index}", f"SELECT * FROM {relation} VERSION AS OF {end}")
+        # Columns under the engine's internal names (reserved.py); render() spells them for Spark.
+        selected = render(f"SELECT {renamed_select(source.info)}", "spark")
+        view = views.view(f"cur{index}", f"{selected} FROM {relation} VERSION AS OF {end}")
         current[source.info.qualified] = q(view)
     return current
 

@@ -1,8 +1,8 @@
 """One refresh's batch on Spark: each changed source's net changes since the frontier, pinned.
 
 For every source whose snapshot moved, the raw changes between the frontier snapshot and the batch's
-end snapshot (``changelog.create_change_view``) are compacted per primary key with carried-over rows
-cancelled (``compacted_sql``), computed once and kept (``TempViews.pinned``), and bound as the
+end snapshot (``changelog.create_change_view``) are compacted into their net effect, carried-over
+rows cancelled (``compacted_sql``), computed once and kept (``TempViews.pinned``), and bound as the
 source's delta. Anything that makes the batch unreadable — an expired start snapshot, a changed
 schema, too many changes for ``full_refresh_threshold`` — becomes the reason for a FULL refresh.
 
@@ -20,12 +20,13 @@ from typing import Any
 
 from dbt_ivm.delta import Bindings
 from dbt_ivm.delta.compact import compacted_sql
+from dbt_ivm.reserved import internal_columns, renamed_select
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable
 from dbt_ivm.spark.changelog import create_change_view
 from dbt_ivm.spark.iceberg import total_records
 from dbt_ivm.spec import StreamTableSpec
-from dbt_ivm.sqltext import q, render
+from dbt_ivm.sqltext import WEIGHT, q, render
 
 MIN_IMAGES_WORTH_WEIGHING = 1_000_000
 
@@ -72,9 +73,8 @@ def bind(
             )
         if change.path == "snapshot_diff":
             slow_paths.append(f"changes of {name} read as a snapshot diff: {change.reason}")
-        compacted = compacted_sql(
-            q(change.view), source.info.column_names(), source.info.primary_key, cancel_identical=True
-        )
+        raw = f"(SELECT {renamed_select(source.info)}, {q(WEIGHT)} FROM {q(change.view)})"
+        compacted = compacted_sql(raw, internal_columns(source.info))
         delta_view = views.pinned(f"delta{index}", render(compacted, "spark"))
         count = int(spark.sql(f"SELECT COUNT(*) FROM {bt(delta_view)}").collect()[0][0])
         total += count

@@ -1,0 +1,303 @@
+"""Regression tests for issue 9's mechanisms, one class each: what capture records, how a batch nets
+out, what a refresh detects, and what it rebuilds by itself. The adversarial suite
+(test_adversarial.py) throws many write shapes at the same mechanisms; these pin each one down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.postgres.streams import (
+    CATALOG,
+    buffer_of,
+    execute,
+    refresh,
+    refresh_and_check,
+    rows,
+    value,
+)
+
+pytestmark = pytest.mark.postgres
+
+TOTALS = "SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY customer"
+AMOUNTS = "SELECT id, amount FROM orders WHERE amount > 0"
+STREAMS = {"totals": TOTALS, "amounts": AMOUNTS}
+
+
+@pytest.fixture
+def orders(pg_conn: Any) -> Any:
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
+        "INSERT INTO orders SELECT i, 'c' || (i % 3), i FROM generate_series(1, 9) i;",
+    )
+    _refresh_all(pg_conn, "CREATE")
+    return pg_conn
+
+
+def _refresh_all(conn: Any, action: str, reason: str | None = None) -> None:
+    for name, sql in STREAMS.items():
+        result = refresh_and_check(conn, name, sql, refresh_mode="differential")
+        assert result.action == action, f"{name}: {result.summary()}"
+        if reason is not None:
+            assert result.reason is not None and reason in result.reason, result.summary()
+
+
+# --- class 1: a batch's net effect does not depend on the order capture fired ---------------------
+
+
+def test_row_trigger_updating_the_same_row_is_not_lost(orders: Any) -> None:
+    # The nested UPDATE's statement trigger fires before the outer statement's.
+    execute(
+        orders,
+        "CREATE FUNCTION bump() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.amount < 100 THEN UPDATE orders SET amount = NEW.amount + 100 WHERE id = NEW.id; END IF; "
+        "RETURN NULL; END $$;"
+        "CREATE TRIGGER bump AFTER INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION bump();"
+        "UPDATE orders SET amount = 50 WHERE id = 1; INSERT INTO orders VALUES (10, 'c1', 5)",
+    )
+    _refresh_all(orders, "DIFFERENTIAL")
+
+
+def test_writable_cte_moving_rows_nets_out(orders: Any) -> None:
+    execute(
+        orders,
+        "WITH d AS (DELETE FROM orders WHERE id IN (1, 2) RETURNING *) "
+        "INSERT INTO orders SELECT id, 'moved', amount * 2 FROM d",
+    )
+    _refresh_all(orders, "DIFFERENTIAL")
+
+
+def test_deferred_key_duplicated_inside_a_transaction(pg_conn: Any) -> None:
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int, customer text, amount numeric(10,2), "
+        "CONSTRAINT orders_pk PRIMARY KEY (id) DEFERRABLE INITIALLY DEFERRED);"
+        "INSERT INTO orders SELECT i, 'c' || (i % 3), i FROM generate_series(1, 9) i;",
+    )
+    _refresh_all(pg_conn, "CREATE")
+    execute(
+        pg_conn,
+        "BEGIN; INSERT INTO orders VALUES (1, 'dup', 99); UPDATE orders SET id = 100 WHERE customer = 'dup'; "
+        "UPDATE orders SET amount = 7 WHERE id = 1; COMMIT",
+    )
+    _refresh_all(pg_conn, "DIFFERENTIAL")
+
+
+def test_self_referencing_cascade_updates_are_all_seen(pg_conn: Any) -> None:
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2), "
+        "parent int REFERENCES orders (id) ON UPDATE CASCADE);"
+        "INSERT INTO orders VALUES (1, 'a', 1, NULL), (2, 'a', 2, 1), (3, 'b', 3, 2);",
+    )
+    sql = "SELECT parent, COUNT(*) AS children FROM orders GROUP BY parent"
+    refresh_and_check(pg_conn, "children", sql, refresh_mode="differential")
+    execute(pg_conn, "UPDATE orders SET id = id + 10")
+    result = refresh_and_check(pg_conn, "children", sql, refresh_mode="differential")
+    assert result.action == "DIFFERENTIAL"
+
+
+def test_an_update_that_changes_nothing_nets_to_nothing(orders: Any) -> None:
+    execute(orders, "UPDATE orders SET amount = amount")
+    result = refresh_and_check(orders, "amounts", AMOUNTS, refresh_mode="differential")
+    assert result.rows_changed == 0, result.summary()
+
+
+# --- class 2: no user name collides with ours ------------------------------------------------------
+
+
+@pytest.mark.parametrize("column", ["writer", "statement_number", "__ivm_weight", "__ivm_xid", "__ivm_seq"])
+def test_source_columns_named_like_our_internals(pg_conn: Any, column: str) -> None:
+    quoted = '"' + column + '"'
+    execute(
+        pg_conn, f"CREATE TABLE t (id int PRIMARY KEY, {quoted} int); INSERT INTO t VALUES (1, 1), (2, 2)"
+    )
+    sqls = {
+        "t_sum": f"SELECT SUM({quoted}) AS s, COUNT(*) AS n FROM t",
+        "t_rows": f"SELECT id, {quoted} AS v FROM t",
+    }
+    for name, sql in sqls.items():
+        refresh_and_check(pg_conn, name, sql, refresh_mode="differential")
+    # The user's own writes must never fail because of capture.
+    execute(
+        pg_conn,
+        f"INSERT INTO t VALUES (3, 3); UPDATE t SET {quoted} = {quoted} + 1; DELETE FROM t WHERE id = 1",
+    )
+    for name, sql in sqls.items():
+        assert refresh_and_check(pg_conn, name, sql, refresh_mode="differential").action == "DIFFERENTIAL"
+
+
+def test_long_key_columns_keep_apart(pg_conn: Any) -> None:
+    first, second = "k" * 55 + "_first_", "k" * 55 + "_second"
+    execute(
+        pg_conn,
+        f'CREATE TABLE t ("{first}" int, "{second}" int, v int, PRIMARY KEY ("{first}", "{second}"));'
+        "INSERT INTO t VALUES (1, 1, 10), (1, 2, 20)",
+    )
+    sql = "SELECT v FROM t"
+    refresh_and_check(pg_conn, "vals", sql, refresh_mode="differential")
+    execute(pg_conn, f'UPDATE t SET v = 30 WHERE "{second}" = 2')
+    assert refresh_and_check(pg_conn, "vals", sql, refresh_mode="differential").action == "DIFFERENTIAL"
+
+
+def test_an_output_named_like_our_columns_is_refused_by_name(orders: Any) -> None:
+    with pytest.raises(Exception, match="__ivm_count.*another alias"):
+        refresh(orders, "bad", "SELECT customer, COUNT(*) AS __ivm_count FROM orders GROUP BY customer")
+
+
+# --- class 3: writes that bypass ordinary triggers are captured or detected ------------------------
+
+
+def test_replica_role_writes_are_captured(orders: Any) -> None:
+    assert rows(orders, "SELECT DISTINCT tgenabled FROM pg_trigger WHERE tgname LIKE '__ivm_capture_%'") == [
+        ("A",)
+    ]
+    execute(orders, "SET session_replication_role = replica; INSERT INTO orders VALUES (20, 'c9', 9)")
+    execute(orders, "UPDATE orders SET amount = 1 WHERE id = 2; RESET session_replication_role")
+    _refresh_all(orders, "DIFFERENTIAL")
+
+
+def test_disabled_triggers_are_detected(orders: Any) -> None:
+    execute(
+        orders,
+        "ALTER TABLE orders DISABLE TRIGGER ALL; INSERT INTO orders VALUES (21, 'c1', 21); "
+        "ALTER TABLE orders ENABLE TRIGGER ALL",
+    )
+    _refresh_all(orders, "FULL", "triggers on public.orders were disabled")
+    execute(orders, "INSERT INTO orders VALUES (22, 'c1', 22)")
+    _refresh_all(orders, "DIFFERENTIAL")
+
+
+def test_rows_inserted_into_an_inheritance_child_are_captured(orders: Any) -> None:
+    execute(orders, "CREATE TABLE orders_archive (note text, extra int) INHERITS (orders)")
+    _refresh_all(orders, "FULL", "children of public.orders changed")
+    execute(
+        orders,
+        "INSERT INTO orders_archive VALUES (30, 'c1', 30, 'x', 1); UPDATE orders SET amount = amount + 1;"
+        "DELETE FROM orders_archive WHERE id = 30; INSERT INTO orders_archive VALUES (31, 'c2', 31, 'y', 2)",
+    )
+    _refresh_all(orders, "DIFFERENTIAL")
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        "ALTER TABLE orders ALTER COLUMN amount TYPE numeric(10,2) USING amount * 2",
+        "BEGIN; ALTER TABLE orders DROP COLUMN customer; ALTER TABLE orders ADD COLUMN customer text "
+        "DEFAULT 'same'; COMMIT",
+    ],
+)
+def test_table_rewrites_are_detected(orders: Any, rewrite: str) -> None:
+    execute(orders, rewrite)
+    for name, sql in STREAMS.items():
+        result = refresh_and_check(orders, name, sql, refresh_mode="differential")
+        assert result.action in ("FULL", "REBUILD") and result.reason, result.summary()
+    execute(orders, "INSERT INTO orders (id, customer, amount) VALUES (40, 'c1', 40)")
+    _refresh_all(orders, "DIFFERENTIAL")
+
+
+# --- class 4: schema changes rebuild by themselves --------------------------------------------------
+
+
+def test_a_new_column_under_select_star_rebuilds(orders: Any) -> None:
+    sql = "SELECT * FROM orders"
+    refresh_and_check(orders, "everything", sql)
+    execute(orders, "ALTER TABLE orders ADD COLUMN note text DEFAULT 'n'")
+    result = refresh_and_check(orders, "everything", sql)
+    assert result.action == "REBUILD" and "columns" in (result.reason or ""), result.summary()
+
+
+def test_a_wider_column_type_reaches_the_stream_table(orders: Any) -> None:
+    execute(
+        orders, "ALTER TABLE orders ALTER COLUMN amount TYPE numeric(12,4); UPDATE orders SET amount = 1.2345"
+    )
+    result = refresh_and_check(orders, "amounts", AMOUNTS, refresh_mode="differential")
+    assert result.action == "REBUILD", result.summary()
+    assert (
+        value(
+            orders,
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = 'amounts'::regclass AND attname = 'amount'",
+        )
+        == "numeric(12,4)"
+    )
+
+
+def test_a_changed_primary_key_rebuilds(orders: Any) -> None:
+    execute(orders, "ALTER TABLE orders DROP CONSTRAINT orders_pkey; INSERT INTO orders VALUES (1, 'zz', 1)")
+    result = refresh_and_check(orders, "amounts", AMOUNTS, refresh_mode="differential")
+    assert result.action == "REBUILD", result.summary()
+    execute(
+        orders, "ALTER TABLE orders ADD PRIMARY KEY (id, customer); UPDATE orders SET amount = 3 WHERE id = 3"
+    )
+    assert refresh_and_check(orders, "amounts", AMOUNTS, refresh_mode="differential").action == "REBUILD"
+    execute(orders, "UPDATE orders SET amount = 4 WHERE id = 4")
+    assert refresh_and_check(orders, "amounts", AMOUNTS, refresh_mode="differential").action == "DIFFERENTIAL"
+
+
+# --- class 5: capture runs no user code with the dbt role's rights --------------------------------
+
+
+def test_buffers_hold_base_types_so_domain_checks_never_run_in_capture(pg_conn: Any) -> None:
+    execute(
+        pg_conn,
+        "CREATE TABLE calls (who text); "
+        "CREATE FUNCTION is_positive(numeric) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN "
+        "INSERT INTO calls VALUES (current_user); RETURN $1 > 0; END $$;"
+        "CREATE DOMAIN positive AS numeric(10,2) CHECK (is_positive(VALUE));"
+        "CREATE DOMAIN required AS text NOT NULL;"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer required, amount positive);"
+        "INSERT INTO orders VALUES (1, 'a', 5), (2, 'b', 6); DELETE FROM calls",
+    )
+    sql = "SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer"
+    refresh_and_check(pg_conn, "totals", sql, refresh_mode="differential")
+    types = rows(
+        pg_conn,
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
+        "AND attname IN ('customer', 'amount') ORDER BY attnum",
+        (buffer_of(pg_conn, "public.orders"),),
+    )
+    assert types == [("text",), ("numeric(10,2)",)]
+    assert value(pg_conn, "SELECT count(*) FROM calls") == 0  # nothing ran at install
+    execute(pg_conn, "INSERT INTO orders VALUES (3, 'a', 7)")
+    assert value(pg_conn, "SELECT count(*) FROM calls") == 1  # the user's own insert, once
+    assert refresh_and_check(pg_conn, "totals", sql, refresh_mode="differential").action == "DIFFERENTIAL"
+
+
+# --- class 9: key types without a hash function ------------------------------------------------------
+
+
+def test_a_group_key_without_a_hash_function_is_matched_by_equality(pg_conn: Any) -> None:
+    # tsvector has btree equality but no hash opclass.
+    execute(
+        pg_conn,
+        "CREATE TABLE docs (id int PRIMARY KEY, words tsvector, n int);"
+        "INSERT INTO docs VALUES (1, 'a b', 1), (2, 'a b', 2), (3, 'c', 3)",
+    )
+    sql = "SELECT words, SUM(n) AS total FROM docs GROUP BY words"
+    refresh_and_check(pg_conn, "by_words", sql, refresh_mode="differential")
+    assert (
+        value(
+            pg_conn,
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = 'by_words'::regclass "
+            "AND attname = '__ivm_hash'",
+        )
+        == 0
+    )
+    execute(
+        pg_conn,
+        "INSERT INTO docs VALUES (4, 'c', 4); DELETE FROM docs WHERE id = 1; UPDATE docs SET words = 'd'",
+    )
+    assert refresh_and_check(pg_conn, "by_words", sql, refresh_mode="differential").action == "DIFFERENTIAL"
+
+
+# --- upgrade: capture installed by an earlier version is replaced, and the refresh says why ---------
+
+
+def test_capture_from_an_earlier_version_is_reinstalled(orders: Any) -> None:
+    execute(orders, f"UPDATE {CATALOG}.change_buffers SET capture_version = 1")
+    execute(orders, "INSERT INTO orders VALUES (50, 'c1', 50)")
+    _refresh_all(orders, "FULL", "upgraded")
