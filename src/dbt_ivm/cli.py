@@ -1,21 +1,34 @@
-"""`dbt-ivm`: run the embedded PostgreSQL server for a dbt project and write a matching profile.
+"""`dbt-ivm`: run the embedded PostgreSQL server for a dbt project and write a matching profile;
+inspect and clean up the stream tables registered on a PostgreSQL database.
 
 dbt-ivm pg start [--dir .ivm/pg] [--pg-bin DIR] [--profiles-dir DIR] [--profile NAME]
 dbt-ivm pg env   [--dir .ivm/pg]     # shell exports: PGHOST, PGPORT, ..., DBT_IVM_PG_DSN
 dbt-ivm pg stop  [--dir .ivm/pg]
+dbt-ivm list [--dsn DSN] [--catalog-schema dbt_ivm] [--json]   # stream tables, pending changes
+dbt-ivm drop SCHEMA.TABLE [--dsn DSN] [--catalog-schema dbt_ivm] [--keep-table]
+dbt-ivm gc   [--dsn DSN] [--catalog-schema dbt_ivm]   # unregister stream tables whose table is gone
+
+The connection: --dsn, else $DBT_IVM_PG_DSN, else libpq's defaults (PGHOST, PGPORT, PGUSER, ...).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dbt_ivm.postgres.db import Db
 
 DEFAULT_PG_DIR = ".ivm/pg"
 DEFAULT_PROFILE = "dbt_ivm"
 POSTGRES_TARGET = "postgres"
+DEFAULT_CATALOG = "dbt_ivm"
+DSN_ENV = "DBT_IVM_PG_DSN"
 
 
 def _project_profile_name(project_dir: Path) -> str | None:
@@ -156,10 +169,162 @@ def _add_pg_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
     with_dir(pg_commands.add_parser("stop", help="stop the server")).set_defaults(handler=_pg_stop)
 
 
+def _with_db(args: argparse.Namespace, work: Callable[[Db], int]) -> int:
+    """Run `work` on an autocommit connection (--dsn, else $DBT_IVM_PG_DSN, else libpq's defaults)."""
+    import psycopg2
+
+    from dbt_ivm.postgres.db import Db
+
+    dsn = args.dsn if args.dsn is not None else os.environ.get(DSN_ENV, "")
+    try:
+        connection = psycopg2.connect(dsn)
+    except psycopg2.Error as exc:
+        print(f"dbt-ivm: cannot connect to PostgreSQL: {str(exc).strip()}", file=sys.stderr)
+        return 1
+    try:
+        connection.autocommit = True
+        return work(Db(connection))
+    except psycopg2.Error as exc:
+        print(f"dbt-ivm: {str(exc).strip()}", file=sys.stderr)
+        return 1
+    finally:
+        connection.close()
+
+
+def _pending_text(pending: dict[str, int | None]) -> str:
+    """`3`, or `5 (public.a=3, public.b=2)` for several sources; `?` when unknown, `-` for none."""
+    if not pending:
+        return "-"
+    counts = {source: "?" if count is None else str(count) for source, count in pending.items()}
+    known = [c for c in pending.values() if c is not None]
+    total = str(sum(known)) if len(known) == len(pending) else "?"
+    if len(pending) == 1:
+        return total
+    return f"{total} ({', '.join(f'{s}={c}' for s, c in counts.items())})"
+
+
+def _list(args: argparse.Namespace) -> int:
+    from dbt_ivm.postgres import registrations
+
+    def work(db: Db) -> int:
+        found = registrations.list_registrations(db, args.catalog_schema)
+        if args.json:
+            listed = [
+                {
+                    "stream_table": r.stream_table,
+                    "exists": r.exists,
+                    "refresh_mode": r.refresh_mode,
+                    "sources": r.sources,
+                    "pending": r.pending,
+                    "pending_total": r.pending_total,
+                    "refreshed_at": r.refreshed_at.isoformat() if r.refreshed_at else None,
+                }
+                for r in found
+            ]
+            print(json.dumps(listed, indent=2))
+            return 0
+        if not found:
+            print(f"no stream tables are registered in catalog schema {args.catalog_schema!r}")
+            return 0
+        header = ("STREAM TABLE", "EXISTS", "MODE", "SOURCES", "PENDING CHANGES", "LAST REFRESH")
+        lines = [
+            (
+                r.stream_table,
+                "yes" if r.exists else "NO",
+                r.refresh_mode,
+                ", ".join(r.sources) or "-",
+                _pending_text(r.pending),
+                r.refreshed_at.isoformat(sep=" ", timespec="seconds") if r.refreshed_at else "never",
+            )
+            for r in found
+        ]
+        widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
+        for line in [header, *lines]:
+            print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+        missing = [r.stream_table for r in found if not r.exists]
+        if missing:
+            print(
+                f"\n{len(missing)} stream table(s) without a table keep their sources' change buffers from "
+                "being cleaned up; run: dbt-ivm gc"
+            )
+        return 0
+
+    return _with_db(args, work)
+
+
+def _drop(args: argparse.Namespace) -> int:
+    from dbt_ivm.postgres import registrations
+
+    def work(db: Db) -> int:
+        name = args.stream_table
+        if not registrations.drop_registration(db, args.catalog_schema, name, drop_table=not args.keep_table):
+            hint = "" if "." in name else " (name it schema.table, e.g. public.my_model)"
+            print(
+                f"dbt-ivm: no stream table {name!r} is registered in catalog schema "
+                f"{args.catalog_schema!r}{hint}; see: dbt-ivm list",
+                file=sys.stderr,
+            )
+            return 1
+        kept = "its table was kept" if args.keep_table else "its table was dropped"
+        print(f"unregistered stream table {name} ({kept})")
+        return 0
+
+    return _with_db(args, work)
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from dbt_ivm.postgres import registrations
+
+    def work(db: Db) -> int:
+        removed = registrations.forget_missing(db, args.catalog_schema)
+        for name in removed:
+            print(f"unregistered {name}: its table no longer exists")
+        if not removed:
+            print("every registered stream table still has its table; nothing to unregister")
+        return 0
+
+    return _with_db(args, work)
+
+
+def _add_registration_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def connection_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser.add_argument(
+            "--dsn",
+            default=None,
+            help=f"libpq connection string (default: ${DSN_ENV}, else libpq's defaults)",
+        )
+        parser.add_argument(
+            "--catalog-schema",
+            default=DEFAULT_CATALOG,
+            help=f"dbt-ivm's catalog schema (default {DEFAULT_CATALOG})",
+        )
+        return parser
+
+    listing = connection_options(
+        commands.add_parser("list", help="registered stream tables and the changes waiting for them")
+    )
+    listing.add_argument("--json", action="store_true", help="print a JSON list")
+    listing.set_defaults(handler=_list)
+
+    drop = connection_options(
+        commands.add_parser(
+            "drop", help="unregister a stream table, drop its table, remove capture nobody else needs"
+        )
+    )
+    drop.add_argument("stream_table", metavar="STREAM_TABLE", help="schema.table, as `dbt-ivm list` shows it")
+    drop.add_argument("--keep-table", action="store_true", help="unregister only; keep the table")
+    drop.set_defaults(handler=_drop)
+
+    connection_options(
+        commands.add_parser("gc", help="unregister stream tables whose table no longer exists")
+    ).set_defaults(handler=_gc)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dbt-ivm", description="dbt-ivm helper commands")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_pg_commands(commands)
+    _add_registration_commands(commands)
     return parser
 
 

@@ -1,0 +1,187 @@
+"""Registrations that outlive their stream table: find them, list them, remove them.
+
+Buffer rows are deleted only once every registered consumer's frontier covers them
+(``capture.cleanup``). A consumer whose model was deleted or disabled, or whose table was dropped by
+hand, never refreshes again, so its frontier never moves and the shared buffer of each of its sources
+grows without end. ``forget_missing`` unregisters every stream table whose table is gone (the runner
+calls it before each refresh) and then removes capture from sources nobody reads any more;
+``list_registrations`` and ``drop_registration`` back the ``dbt-ivm list`` and ``dbt-ivm drop`` commands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from dbt_ivm.postgres import capture
+from dbt_ivm.postgres.db import Db
+from dbt_ivm.sqltext import WEIGHT, lit, q, qn
+
+# Serializes the sessions that unregister stream tables and remove capture here: two of them dropping
+# capture from several sources in different orders could deadlock.
+GC_LOCK = "dbt_ivm registrations gc"
+
+
+def refresh_lock_key(stream_table: str) -> str:
+    """The advisory lock key a refresh of `stream_table` holds (runner._refresh_lock)."""
+    return f"dbt_ivm refresh {stream_table}"
+
+
+@dataclass
+class Registration:
+    """One registered stream table as `dbt-ivm list` shows it."""
+
+    stream_table: str
+    exists: bool  # its table is still there
+    refresh_mode: str
+    sources: list[str]
+    # Buffer rows its frontier does not cover yet, per source (None: unknown — no frontier or no buffer).
+    pending: dict[str, int | None] = field(default_factory=dict)
+    refreshed_at: datetime | None = None
+
+    @property
+    def pending_total(self) -> int | None:
+        counts = list(self.pending.values())
+        if any(c is None for c in counts):
+            return None
+        return sum(c for c in counts if c is not None)
+
+
+def catalog_exists(db: Db, catalog: str) -> bool:
+    return bool(db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, "stream_tables"),)))
+
+
+def forget_missing(db: Db, catalog: str) -> list[str]:
+    """Unregister every stream table whose table no longer exists; returns their names.
+
+    Safe to run from several refreshes at once: sessions take turns, a registration another session
+    removed first is simply not reported, and a stream table being refreshed right now is left alone
+    (its refresh recreates the table and registers it again). Runs its own transactions: call it on an
+    autocommit connection, outside any transaction that holds locks on the sources.
+    """
+    if not catalog_exists(db, catalog) or not _missing(db, catalog)[0]:
+        return []  # the common case, one query and no lock: every table is there
+    with db.transaction():
+        db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (GC_LOCK,))
+        missing, keys, relations = _missing(db, catalog)
+        # Held until commit: a refresh of one of these waits for us, then finds it unregistered.
+        idle = [key for key in missing if _try_lock(db, refresh_lock_key(key))]
+        removed = _unregister_missing(db, catalog, idle, dict(zip(keys, relations, strict=True)))
+    remove_unused(db, catalog)
+    return sorted(removed)
+
+
+def _missing(db: Db, catalog: str) -> tuple[list[str], list[str], list[str]]:
+    """(registered stream tables whose table is gone, every registered name, their relations)."""
+    registered = db.rows(f"SELECT stream_table, schema_name, table_name FROM {qn(catalog, 'stream_tables')}")
+    keys = [str(key) for key, _, _ in registered]
+    relations = [qn(str(schema), str(table)) for _, schema, table in registered]
+    missing = [
+        str(r[0])
+        for r in db.rows(
+            "SELECT key FROM unnest(%s::text[], %s::text[]) AS m(key, relation) WHERE to_regclass(relation) IS NULL",
+            (keys, relations),
+        )
+    ]
+    return missing, keys, relations
+
+
+def _unregister_missing(db: Db, catalog: str, keys: list[str], relations: dict[str, str]) -> list[str]:
+    if not keys:
+        return []
+    # Checked again: a refresh may have recreated the table since the first look.
+    deleted = db.rows(
+        f"DELETE FROM {qn(catalog, 'stream_tables')} AS s USING unnest(%s::text[], %s::text[]) AS m(key, relation) "
+        "WHERE s.stream_table = m.key AND to_regclass(m.relation) IS NULL RETURNING s.stream_table",
+        (keys, [relations[k] for k in keys]),
+    )
+    return [str(r[0]) for r in deleted]
+
+
+def remove_unused(db: Db, catalog: str) -> None:
+    """``capture.remove_unused``, unless a stream table is being created over one of the unused sources.
+
+    Such a source's buffer has no committed consumer yet; removing it would only cost the new
+    stream table a FULL refresh, but there is no reason to. Its capture is removed next time.
+    """
+    if not catalog_exists(db, catalog):
+        return
+    with db.transaction():
+        db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (GC_LOCK,))
+        unused = db.rows(
+            f"SELECT source FROM {qn(catalog, 'change_buffers')} AS b WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE b.source = ANY (s.sources))"
+        )
+        if unused and all(_try_lock(db, capture.pin_key(str(r[0]))) for r in unused):
+            capture.remove_unused(db, catalog)
+
+
+def _try_lock(db: Db, key: str) -> bool:
+    """Take an exclusive advisory lock until the transaction ends, if nobody holds it."""
+    return bool(db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (key,)))
+
+
+def list_registrations(db: Db, catalog: str) -> list[Registration]:
+    """Every registered stream table, whether its table exists, and the changes waiting for it."""
+    if not catalog_exists(db, catalog):
+        return []
+    found: list[Registration] = []
+    with db.transaction("REPEATABLE READ"):  # one consistent view of the catalog and the buffers
+        buffers = {
+            str(source): str(buffer)
+            for source, buffer in db.rows(f"SELECT source, buffer_table FROM {qn(catalog, 'change_buffers')}")
+        }
+        registered = db.rows(
+            "SELECT stream_table, schema_name, table_name, refresh_mode, sources, frontier::text, refreshed_at "
+            f"FROM {qn(catalog, 'stream_tables')} ORDER BY stream_table"
+        )
+        for key, schema, table, mode, sources, frontier, refreshed_at in registered:
+            exists = bool(db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(schema, table),)))
+            names = [str(s) for s in sources or []]
+            pending = {s: _pending(db, catalog, buffers.get(s), frontier) for s in names}
+            found.append(Registration(str(key), exists, str(mode), names, pending, refreshed_at))
+    return found
+
+
+def _pending(db: Db, catalog: str, buffer: str | None, frontier: str | None) -> int | None:
+    """Rows of `buffer` committed after `frontier` (the reset-detecting sentinel not counted)."""
+    if buffer is None or frontier is None:
+        return None
+    relation = qn(catalog, buffer)
+    readable = db.value(
+        "SELECT to_regclass(%s) IS NOT NULL AND has_table_privilege(to_regclass(%s), 'SELECT')",
+        (relation, relation),
+    )
+    if not readable:
+        return None
+    frontier_sql = f"{lit(frontier)}::pg_snapshot"
+    count = db.value(
+        f"SELECT count(*) FROM {relation} WHERE {capture.pending_filter(frontier_sql)} "
+        f"AND {q(WEIGHT)} <> {capture.SENTINEL}"
+    )
+    return int(count)
+
+
+def drop_registration(db: Db, catalog: str, stream_table: str, drop_table: bool) -> bool:
+    """Unregister `stream_table` ("schema.table"), and drop its table when `drop_table`.
+
+    Capture is then removed from sources no other stream table reads. Returns whether it was registered.
+    """
+    if not catalog_exists(db, catalog):
+        return False
+    with db.transaction():
+        # Its refresh lock first, as a refresh takes it before anything else: waits for one in progress.
+        db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (refresh_lock_key(stream_table),))
+        db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (GC_LOCK,))
+        row = db.one(
+            f"SELECT schema_name, table_name FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s FOR UPDATE",
+            (stream_table,),
+        )
+        if row is not None:
+            if drop_table:
+                db.execute(f"DROP TABLE IF EXISTS {qn(str(row[0]), str(row[1]))}")
+            db.execute(f"DELETE FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s", (stream_table,))
+    if row is None:
+        return False
+    remove_unused(db, catalog)
+    return True

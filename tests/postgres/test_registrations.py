@@ -1,0 +1,270 @@
+"""Registrations that outlive their table: forgotten, so they no longer pin shared change buffers."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from dbt_ivm import cli
+from dbt_ivm.postgres import registrations
+from dbt_ivm.postgres.db import Db
+from tests.postgres.streams import (
+    CATALOG,
+    buffer_count,
+    connect,
+    execute,
+    refresh,
+    refresh_and_check,
+    rows,
+    value,
+)
+
+pytestmark = pytest.mark.postgres
+
+STREAMS = {
+    "customer_totals": (
+        "SELECT customer, SUM(amount) AS total, COUNT(*) AS order_count FROM orders GROUP BY customer"
+    ),
+    "big_orders": "SELECT id, amount FROM orders WHERE amount > 10",
+}
+
+
+@pytest.fixture
+def shop(pg_conn: Any) -> Any:
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2), placed date);"
+        "INSERT INTO orders SELECT i, 'c' || (i % 4), i, DATE '2024-01-01' + i FROM generate_series(1, 20) i;",
+    )
+    for name, sql in STREAMS.items():
+        refresh(pg_conn, name, sql, refresh_mode="differential")
+    return pg_conn
+
+
+def registered(conn: Any) -> list[str]:
+    return [str(r[0]) for r in rows(conn, f"SELECT stream_table FROM {CATALOG}.stream_tables ORDER BY 1")]
+
+
+def capture_triggers(conn: Any) -> int:
+    return int(
+        value(
+            conn,
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'orders'::regclass AND tgname LIKE '\\_\\_ivm\\_capture\\_%'",
+        )
+    )
+
+
+def test_a_hand_dropped_consumer_no_longer_pins_the_shared_buffer(shop: Any) -> None:
+    execute(shop, "DROP TABLE big_orders")
+    assert registrations.forget_missing(Db(shop), CATALOG) == ["public.big_orders"]
+    assert registered(shop) == ["public.customer_totals"]
+    # The survivor still reads the source: its capture stays.
+    assert capture_triggers(shop) == 4
+    for cycle in range(20):
+        execute(
+            shop,
+            "INSERT INTO orders VALUES (%s, 'c9', %s, NULL); UPDATE orders SET amount = amount + 1 WHERE id = %s",
+            (1000 + cycle, cycle, 1 + cycle % 20),
+        )
+        assert buffer_count(shop, "public.orders") == 3
+        result = refresh_and_check(
+            shop, "customer_totals", STREAMS["customer_totals"], f"cycle {cycle}", refresh_mode="differential"
+        )
+        assert result.action == "DIFFERENTIAL"
+        assert buffer_count(shop, "public.orders") == 0, f"cycle {cycle}: cleanup is still pinned"
+    # Nothing more to forget; the survivor is untouched.
+    assert registrations.forget_missing(Db(shop), CATALOG) == []
+    assert registered(shop) == ["public.customer_totals"]
+
+
+def test_forgetting_the_only_consumer_removes_capture_and_buffer(shop: Any) -> None:
+    buffer = value(shop, f"SELECT buffer_table FROM {CATALOG}.change_buffers WHERE source = 'public.orders'")
+    execute(shop, "DROP TABLE big_orders; DROP TABLE customer_totals")
+    assert registrations.forget_missing(Db(shop), CATALOG) == ["public.big_orders", "public.customer_totals"]
+    assert registered(shop) == []
+    assert capture_triggers(shop) == 0
+    assert value(shop, "SELECT to_regclass(%s)", (f'"{CATALOG}"."{buffer}"',)) is None
+    assert value(shop, f"SELECT count(*) FROM {CATALOG}.change_buffers") == 0
+    # Writes to the source no longer pay for capture, and a new stream table over it starts afresh.
+    execute(shop, "INSERT INTO orders VALUES (500, 'c1', 5, NULL)")
+    refresh_and_check(shop, "big_orders", STREAMS["big_orders"], refresh_mode="differential")
+    execute(shop, "UPDATE orders SET amount = 50 WHERE id = 500")
+    result = refresh_and_check(shop, "big_orders", STREAMS["big_orders"], refresh_mode="differential")
+    assert result.action == "DIFFERENTIAL"
+
+
+def test_forget_missing_keeps_tables_with_awkward_names(pg_conn: Any) -> None:
+    execute(
+        pg_conn,
+        'CREATE SCHEMA "Odd schema"; CREATE TABLE orders (id int PRIMARY KEY, amount int);'
+        "INSERT INTO orders VALUES (1, 5), (2, 50)",
+    )
+    from dbt_ivm.postgres.runner import run_stream_table
+    from dbt_ivm.spec import StreamTableSpec
+
+    spec = StreamTableSpec(
+        model="odd",
+        schema="Odd schema",
+        name='Big "orders"',
+        sql="SELECT id, amount FROM public.orders WHERE amount > 10",
+        refresh_mode="differential",
+    )
+    run_stream_table(pg_conn, spec)
+    assert registrations.forget_missing(Db(pg_conn), CATALOG) == []
+    assert registered(pg_conn) == ['Odd schema.Big "orders"']
+    execute(pg_conn, 'DROP TABLE "Odd schema"."Big ""orders"""')
+    assert registrations.forget_missing(Db(pg_conn), CATALOG) == ['Odd schema.Big "orders"']
+
+
+def test_forget_missing_runs_concurrently(shop: Any, pg_dsn: str) -> None:
+    execute(shop, "DROP TABLE big_orders")
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        conn = connect(pg_dsn)
+        try:
+            barrier.wait()
+            results.append(registrations.forget_missing(Db(conn), CATALOG))
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    # Exactly one session reports it; the others find it already gone.
+    assert sorted(results, key=len) == [[], [], [], ["public.big_orders"]]
+    assert registered(shop) == ["public.customer_totals"]
+
+
+def test_a_refresh_in_progress_is_left_alone(shop: Any, pg_dsn: str) -> None:
+    """A stream table whose table is missing while its refresh holds the lock is not forgotten."""
+    execute(shop, "DROP TABLE big_orders")
+    other = connect(pg_dsn)
+    try:
+        execute(
+            other,
+            "SELECT pg_advisory_lock(hashtext(%s))",
+            (registrations.refresh_lock_key("public.big_orders"),),
+        )
+        assert registrations.forget_missing(Db(shop), CATALOG) == []
+        assert "public.big_orders" in registered(shop)
+    finally:
+        other.close()
+    assert registrations.forget_missing(Db(shop), CATALOG) == ["public.big_orders"]
+
+
+def test_without_a_catalog_there_is_nothing_to_do(pg_conn: Any) -> None:
+    db = Db(pg_conn)
+    assert registrations.forget_missing(db, CATALOG) == []
+    assert registrations.list_registrations(db, CATALOG) == []
+    assert registrations.drop_registration(db, CATALOG, "public.nothing", drop_table=True) is False
+
+
+def test_list_registrations_counts_pending_changes(shop: Any) -> None:
+    execute(shop, "UPDATE orders SET amount = amount + 1 WHERE id < 4")  # 6 buffer rows
+    refresh(shop, "customer_totals", STREAMS["customer_totals"], refresh_mode="differential")
+    found = {r.stream_table: r for r in registrations.list_registrations(Db(shop), CATALOG)}
+    assert set(found) == {"public.big_orders", "public.customer_totals"}
+    assert found["public.big_orders"].pending == {"public.orders": 6}
+    assert found["public.customer_totals"].pending == {"public.orders": 0}
+    assert all(r.exists and r.refresh_mode == "differential" for r in found.values())
+    assert all(r.refreshed_at is not None for r in found.values())
+    execute(shop, "DROP TABLE big_orders")
+    found = {r.stream_table: r for r in registrations.list_registrations(Db(shop), CATALOG)}
+    assert not found["public.big_orders"].exists
+
+
+def test_cli_list(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    execute(shop, "INSERT INTO orders VALUES (100, 'c1', 50, NULL), (101, 'c2', 60, NULL)")
+    refresh(shop, "customer_totals", STREAMS["customer_totals"], refresh_mode="differential")
+    assert cli.main(["list", "--dsn", pg_dsn]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == [
+        "STREAM",
+        "TABLE",
+        "EXISTS",
+        "MODE",
+        "SOURCES",
+        "PENDING",
+        "CHANGES",
+        "LAST",
+        "REFRESH",
+    ]
+    lines = {line.split()[0]: line.split() for line in out[1:]}
+    assert lines["public.big_orders"][1:5] == ["yes", "differential", "public.orders", "2"]
+    assert lines["public.customer_totals"][1:5] == ["yes", "differential", "public.orders", "0"]
+    # Aligned: every column starts at the same offset on each line.
+    assert len({line.index("differential") for line in out[1:]}) == 1
+
+    assert cli.main(["list", "--dsn", pg_dsn, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["stream_table"] for r in listed] == ["public.big_orders", "public.customer_totals"]
+    assert listed[0]["pending"] == {"public.orders": 2}
+    assert listed[0]["exists"] is True and listed[0]["sources"] == ["public.orders"]
+
+
+def test_cli_list_flags_missing_tables_and_takes_the_dsn_from_the_environment(
+    shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    execute(shop, "DROP TABLE big_orders")
+    monkeypatch.setenv("DBT_IVM_PG_DSN", pg_dsn)
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    big = next(line for line in out.splitlines() if line.startswith("public.big_orders"))
+    assert big.split()[1] == "NO"
+    assert "dbt-ivm gc" in out
+
+
+def test_cli_list_without_a_catalog(pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["list", "--dsn", pg_dsn, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert cli.main(["list", "--dsn", pg_dsn, "--catalog-schema", "elsewhere"]) == 0
+    assert "no stream tables" in capsys.readouterr().out
+
+
+def test_cli_drop(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["drop", "public.big_orders", "--dsn", pg_dsn]) == 0
+    assert "public.big_orders" in capsys.readouterr().out
+    assert registered(shop) == ["public.customer_totals"]
+    assert value(shop, "SELECT to_regclass('public.big_orders')") is None
+    assert capture_triggers(shop) == 4  # customer_totals still reads orders
+
+    assert cli.main(["drop", "public.customer_totals", "--keep-table", "--dsn", pg_dsn]) == 0
+    capsys.readouterr()
+    assert registered(shop) == []
+    assert value(shop, "SELECT count(*) FROM customer_totals") == 4  # kept, now a plain table
+    assert capture_triggers(shop) == 0  # nobody reads orders any more
+    assert value(shop, f"SELECT count(*) FROM {CATALOG}.change_buffers") == 0
+
+
+def test_cli_drop_unknown(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["drop", "public.no_such_table", "--dsn", pg_dsn]) == 1
+    err = capsys.readouterr().err
+    assert "no stream table 'public.no_such_table' is registered" in err
+    assert cli.main(["drop", "big_orders", "--dsn", pg_dsn]) == 1
+    assert "schema.table" in capsys.readouterr().err
+    assert registered(shop) == ["public.big_orders", "public.customer_totals"]
+
+
+def test_cli_gc(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    execute(shop, "DROP TABLE big_orders")
+    assert cli.main(["gc", "--dsn", pg_dsn]) == 0
+    assert "public.big_orders" in capsys.readouterr().out
+    assert registered(shop) == ["public.customer_totals"]
+    assert cli.main(["gc", "--dsn", pg_dsn]) == 0
+    assert "nothing to unregister" in capsys.readouterr().out
+
+
+def test_cli_reports_a_connection_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["gc", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"]) == 1
+    assert "cannot connect to PostgreSQL" in capsys.readouterr().err
