@@ -30,6 +30,17 @@ logger = AdapterLogger("IvmPostgres")
 # Bookkeeping columns the engine adds to stream tables; dbt docs never show them.
 HIDDEN_COLUMN_PREFIX = "__ivm_"
 
+# The columns of one ordinary or partitioned table, in table order (no rows: no such table).
+_RELATION_COLUMNS_SQL = """
+select a.attname
+from pg_catalog.pg_attribute a
+join pg_catalog.pg_class c on c.oid = a.attrelid
+join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+where n.nspname = %s and c.relname = %s and c.relkind in ('r', 'p')
+  and a.attnum > 0 and not a.attisdropped
+order by a.attnum
+"""
+
 
 class IvmPostgresAdapter(PostgresAdapter):
     ConnectionManager = IvmPostgresConnectionManager
@@ -144,6 +155,25 @@ class IvmPostgresAdapter(PostgresAdapter):
         for warning in result.warnings:
             logger.warning(f"stream table model {model_name}: {warning}")
         return result_fields(result)
+
+    @available.parse_none
+    def ivm_stream_table_user_columns(self, relation: BaseRelation) -> list[str] | None:
+        """The model's columns of `relation`, in table order, if it is a stream table; else None.
+
+        A stream table is a table with hidden `__ivm_` columns. Grants on one give SELECT on these
+        columns only (see `ivm_postgres__apply_grants` and dbt_ivm.postgres.privileges). Read on dbt's
+        own connection, like dbt's other catalog queries.
+        """
+        if relation.schema is None or relation.identifier is None:
+            return None
+        if relation.type is not None and not relation.is_table:
+            return None
+        _, cursor = self.connections.add_query(
+            _RELATION_COLUMNS_SQL, bindings=(relation.schema, relation.identifier)
+        )
+        names = [str(row[0]) for row in cursor.fetchall()]
+        user = [name for name in names if not name.startswith(HIDDEN_COLUMN_PREFIX)]
+        return user if len(user) < len(names) else None
 
     @available.parse(lambda *args, **kwargs: "")
     def ivm_forget_stream_table(self, relation: BaseRelation, catalog_schema: str) -> str:

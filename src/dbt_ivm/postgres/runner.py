@@ -32,6 +32,7 @@ from dbt_ivm.postgres import apply as pg_apply
 from dbt_ivm.postgres import capture, registrations, registry, user_triggers
 from dbt_ivm.postgres.catalog import PostgresCatalog, describe
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.postgres.privileges import restrict_to_user_columns
 from dbt_ivm.reserved import internal_columns, is_reserved, source_relation_sql
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from dbt_ivm.sqltext import q, qn
@@ -287,6 +288,8 @@ def _build(db: Db, spec: StreamTableSpec, sql: str, action: str, reason: str) ->
         db.execute(f"DROP TABLE IF EXISTS {relation}")
         layout, contents = _contents(compiled, sql)
         rows = pg_apply.create_table(db, relation, layout, contents, compiled.hashed)
+        # Before the table is visible: default privileges must not expose its hidden columns.
+        restrict_to_user_columns(db, relation, layout.user)
         registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
         result = RefreshResult(
             action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
@@ -367,6 +370,8 @@ def _capture_untrusted(db: Db, spec: StreamTableSpec, compiled: Compiled) -> boo
 def _refresh_in_snapshot(db: Db, spec: StreamTableSpec, sql: str, compiled: Compiled) -> RefreshResult:
     current = registry.lookup(db, spec.catalog_schema, _key(spec))
     assert current is not None
+    # A table-level SELECT granted since the last run (by hand, or by dbt's grants) reads hidden columns.
+    restrict_to_user_columns(db, _relation(spec), [name for name, _ in compiled.output_types])
     reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
     if reason is None and not changed:
         registry.advance(db, spec.catalog_schema, _key(spec))
