@@ -37,7 +37,7 @@ from dbt_ivm.catalog import TableInfo, views_digest
 from dbt_ivm.contents import call_probe_sql, contents_sql
 from dbt_ivm.delta import Bindings, row_delta
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
-from dbt_ivm.layout import Layout, layout_of
+from dbt_ivm.layout import DUP, HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_of
 from dbt_ivm.reserved import renamed_select, source_relation_sql
@@ -207,6 +207,21 @@ def _run(spark: Any, spec: StreamTableSpec, views: TempViews, started: float) ->
     return _refresh(spark, spec, views, registered, stamp, started)
 
 
+def _columns_mismatch(spark: Any, spec: StreamTableSpec, compiled: Compiled) -> str | None:
+    """Why the stored table's columns cannot hold this query's rows (a column renamed or added by
+    hand, a source column added under `select *`, bookkeeping columns of an earlier dbt-ivm)."""
+    expected = compiled.layout.columns if compiled.layout is not None else compiled.output_names
+    stored = [
+        f.name
+        for f in spark.table(f"{bt(spec.schema)}.{bt(spec.name)}").schema.fields
+        if f.name not in (DUP, HASH)
+    ]
+    # Spark resolves names without regard to case.
+    if sorted(c.lower() for c in stored) == sorted(c.lower() for c in expected):
+        return None
+    return f"the stream table's columns {stored} no longer match its query's {list(expected)}"
+
+
 def _snapshots(spark: Any, sources: list[SparkTable]) -> dict[str, int]:
     """Each Iceberg source's current snapshot id: the end of this batch."""
     ends: dict[str, int] = {}
@@ -313,6 +328,9 @@ def _refresh(
     if stamp is not None and stamp.views != compiled.views_digest:
         why = "a view the defining query reads was redefined"
         return _build(spark, spec, views, sql, registered, "REBUILD", why, started)
+    why_not = _columns_mismatch(spark, spec, compiled)
+    if why_not is not None:
+        return _build(spark, spec, views, sql, registered, "REBUILD", why_not, started)
     ends = _snapshots(spark, compiled.sources)
     frontier = None if stamp is None else stamp.frontier
     reason = _full_reason(spec, compiled, frontier, ends)
