@@ -182,6 +182,22 @@ def test_rows_inserted_into_an_inheritance_child_are_captured(orders: Any) -> No
     _refresh_all(orders, "DIFFERENTIAL")
 
 
+def test_from_only_is_refused_and_refreshed_full_in_auto(orders: Any) -> None:
+    execute(
+        orders,
+        "CREATE TABLE orders_archive () INHERITS (orders); INSERT INTO orders_archive VALUES (60, 'c1', 60)",
+    )
+    sql = "SELECT id, amount FROM ONLY orders"
+    with pytest.raises(Exception, match="FROM ONLY orders"):
+        refresh(orders, "own_rows", sql, refresh_mode="differential")
+    refresh_and_check(orders, "own_rows", sql)
+    execute(
+        orders, "INSERT INTO orders_archive VALUES (61, 'c1', 61); INSERT INTO orders VALUES (62, 'c1', 62)"
+    )
+    result = refresh_and_check(orders, "own_rows", sql)
+    assert result.action == "FULL" and "ONLY" in (result.reason or ""), result.summary()
+
+
 @pytest.mark.parametrize(
     "rewrite",
     [

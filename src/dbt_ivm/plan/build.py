@@ -187,6 +187,9 @@ def _refuse_unsupported(tree: exp.Select, model: str) -> None:
 def _scan_of(node: exp.Expr, tables: dict[str, TableInfo], position: int, model: str) -> Scan:
     if not isinstance(node, exp.Table):
         raise UnsupportedQuery(model, f"FROM item `{node.sql('postgres')[:60]}`", "select from tables")
+    if node.args.get("only"):
+        # A scan reads the table with its inheritance children, as the delta rules do.
+        raise UnsupportedQuery(model, f"`FROM ONLY {node.name}`", "drop ONLY, or use refresh_mode='full'")
     info = tables[f"{node.db}.{node.name}"]
     return Scan(position=position, alias=node.alias_or_name, table=info)
 
