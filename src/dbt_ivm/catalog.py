@@ -13,6 +13,18 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
+def qualified_name(schema: str, name: str) -> str:
+    """`schema.name` as the catalogs key tables by: plain when neither part holds a dot or a double
+    quote, quoted otherwise, so "x.y".z and x."y.z" never share a key.
+
+    >>> qualified_name("public", "orders"), qualified_name("x.y", "z"), qualified_name("x", "y.z")
+    ('public.orders', '"x.y"."z"', '"x"."y.z"')
+    """
+    if any(c in part for part in (schema, name) for c in '."'):
+        return ".".join('"' + part.replace('"', '""') + '"' for part in (schema, name))
+    return f"{schema}.{name}"
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
@@ -32,7 +44,7 @@ class TableInfo:
 
     @property
     def qualified(self) -> str:
-        return f"{self.schema}.{self.name}"
+        return qualified_name(self.schema, self.name)
 
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]

@@ -67,8 +67,8 @@ def buffer_of(conn: Any, source: str) -> str:
 
 
 def buffer_count(conn: Any, source: str) -> int:
-    """Captured rows waiting in a source's buffer (its reset-detecting sentinel row not counted)."""
-    return int(value(conn, f"SELECT count(*) FROM {buffer_of(conn, source)} WHERE __ivm_weight <> 9"))
+    """Captured rows waiting in a source's buffer."""
+    return int(value(conn, f"SELECT count(*) FROM {buffer_of(conn, source)}"))
 
 
 def connect(dsn: str, **options: Any) -> Any:

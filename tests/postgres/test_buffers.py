@@ -164,7 +164,7 @@ def test_buffer_reset_by_crash_recovery_forces_full_refresh(pg_conn: Any) -> Non
     cur.execute("INSERT INTO t VALUES (3, 'a', 5)")
     # What crash recovery does to an unlogged table: it comes back empty, changes and sentinel alike.
     cur.execute("SELECT buffer_table FROM dbt_ivm.change_buffers WHERE source = 'public.t'")
-    cur.execute(f'TRUNCATE dbt_ivm."{cur.fetchone()[0]}"')
+    cur.execute(f'TRUNCATE dbt_ivm."{cur.fetchone()[0]}", dbt_ivm.buffer_marks')
     result = run_stream_table(pg_conn, spec)
     assert result.action == "FULL"
     assert result.reason is not None and "was reset" in result.reason

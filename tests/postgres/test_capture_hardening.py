@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from tests.oracle import assert_matches_query
 from tests.postgres.streams import (
     CATALOG,
     buffer_of,
+    connect,
     execute,
     refresh,
     refresh_and_check,
@@ -144,7 +146,7 @@ def test_long_key_columns_keep_apart(pg_conn: Any) -> None:
 
 
 def test_an_output_named_like_our_columns_is_refused_by_name(orders: Any) -> None:
-    with pytest.raises(Exception, match="__ivm_count.*another alias"):
+    with pytest.raises(Exception, match=r"__ivm_count.*another alias"):
         refresh(orders, "bad", "SELECT customer, COUNT(*) AS __ivm_count FROM orders GROUP BY customer")
 
 
@@ -158,6 +160,51 @@ def test_replica_role_writes_are_captured(orders: Any) -> None:
     execute(orders, "SET session_replication_role = replica; INSERT INTO orders VALUES (20, 'c9', 9)")
     execute(orders, "UPDATE orders SET amount = 1 WHERE id = 2; RESET session_replication_role")
     _refresh_all(orders, "DIFFERENTIAL")
+
+
+def test_a_dbt_role_that_does_not_own_the_source_warns_about_replica_writes(
+    pg_conn: Any, pg_dsn: str
+) -> None:
+    role = f"{value(pg_conn, 'SELECT current_database()')}_dbt"
+    execute(
+        pg_conn,
+        f'CREATE ROLE "{role}" LOGIN; GRANT CREATE ON DATABASE "{value(pg_conn, "SELECT current_database()")}" '
+        f'TO "{role}"; GRANT CREATE ON SCHEMA public TO "{role}";'
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
+        f"INSERT INTO orders VALUES (1, 'a', 1); GRANT SELECT, TRIGGER ON orders TO \"{role}\"",
+    )
+    try:
+        dbt = connect(pg_dsn, user=role)
+        try:
+            first = refresh(dbt, "totals", TOTALS)
+            again = refresh(dbt, "totals", TOTALS)
+        finally:
+            dbt.close()
+        for result in (first, again):
+            assert any("not ENABLE ALWAYS" in w and "ALTER TABLE" in w for w in result.warnings), (
+                result.warnings
+            )
+        # The owner's fix is kept: the next refresh re-fingerprints the triggers instead of recreating them.
+        execute(
+            pg_conn,
+            "".join(
+                f'ALTER TABLE orders ENABLE ALWAYS TRIGGER "__ivm_capture_{e}";'
+                for e in ("ins", "upd", "del", "trunc")
+            ),
+        )
+        dbt = connect(pg_dsn, user=role)
+        try:
+            result = refresh(dbt, "totals", TOTALS)
+            assert result.action == "FULL" and not result.warnings, result
+            execute(pg_conn, "SET session_replication_role = replica; INSERT INTO orders VALUES (2, 'a', 2)")
+            assert refresh(dbt, "totals", TOTALS).action == "DIFFERENTIAL"
+        finally:
+            dbt.close()
+        assert_matches_query(pg_conn, "public", "totals", TOTALS)
+    finally:
+        execute(
+            pg_conn, f'REASSIGN OWNED BY "{role}" TO CURRENT_USER; DROP OWNED BY "{role}"; DROP ROLE "{role}"'
+        )
 
 
 def test_disabled_triggers_are_detected(orders: Any) -> None:
@@ -257,7 +304,7 @@ def test_a_changed_primary_key_rebuilds(orders: Any) -> None:
 # --- class 5: capture runs no user code with the dbt role's rights --------------------------------
 
 
-def test_buffers_hold_base_types_so_domain_checks_never_run_in_capture(pg_conn: Any) -> None:
+def test_domain_checks_never_run_in_capture_or_refresh(pg_conn: Any) -> None:
     execute(
         pg_conn,
         "CREATE TABLE calls (who text); "
@@ -276,11 +323,24 @@ def test_buffers_hold_base_types_so_domain_checks_never_run_in_capture(pg_conn: 
         "AND attname IN ('customer', 'amount') ORDER BY attnum",
         (buffer_of(pg_conn, "public.orders"),),
     )
-    assert types == [("text",), ("numeric(10,2)",)]
+    assert types == [("required",), ("positive",)]  # declared types: copies coerce nothing
     assert value(pg_conn, "SELECT count(*) FROM calls") == 0  # nothing ran at install
-    execute(pg_conn, "INSERT INTO orders VALUES (3, 'a', 7)")
-    assert value(pg_conn, "SELECT count(*) FROM calls") == 1  # the user's own insert, once
+    execute(
+        pg_conn,
+        "INSERT INTO orders VALUES (3, 'a', 7); TRUNCATE orders; INSERT INTO orders VALUES (4, 'b', 8)",
+    )
+    assert value(pg_conn, "SELECT count(*) FROM calls") == 2  # the user's own inserts, once each
+    assert refresh_and_check(pg_conn, "totals", sql, refresh_mode="differential").action == "FULL"
+    execute(pg_conn, "UPDATE orders SET amount = 9")
     assert refresh_and_check(pg_conn, "totals", sql, refresh_mode="differential").action == "DIFFERENTIAL"
+    assert value(pg_conn, "SELECT count(*) FROM calls") == 3  # the user's UPDATE; no refresh ran the check
+    rows_sql = "SELECT id, amount FROM orders"  # the domain-typed column itself in the stream table
+    refresh_and_check(pg_conn, "amounts", rows_sql, refresh_mode="differential")
+    execute(pg_conn, "UPDATE orders SET amount = 10; INSERT INTO orders VALUES (5, 'c', 11)")
+    assert (
+        refresh_and_check(pg_conn, "amounts", rows_sql, refresh_mode="differential").action == "DIFFERENTIAL"
+    )
+    assert value(pg_conn, "SELECT count(*) FROM calls") == 5
 
 
 # --- class 9: key types without a hash function ------------------------------------------------------

@@ -114,9 +114,9 @@ def test_forget_missing_keeps_tables_with_awkward_names(pg_conn: Any) -> None:
     )
     run_stream_table(pg_conn, spec)
     assert registrations.forget_missing(Db(pg_conn), CATALOG) == []
-    assert registered(pg_conn) == ['Odd schema.Big "orders"']
+    assert registered(pg_conn) == ['"Odd schema"."Big ""orders"""']
     execute(pg_conn, 'DROP TABLE "Odd schema"."Big ""orders"""')
-    assert registrations.forget_missing(Db(pg_conn), CATALOG) == ['Odd schema.Big "orders"']
+    assert registrations.forget_missing(Db(pg_conn), CATALOG) == ['"Odd schema"."Big ""orders"""']
 
 
 def test_forget_missing_runs_concurrently(shop: Any, pg_dsn: str) -> None:

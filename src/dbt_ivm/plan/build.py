@@ -25,7 +25,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
-from dbt_ivm.catalog import Catalog, TableInfo
+from dbt_ivm.catalog import Catalog, TableInfo, qualified_name
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.plan.internal_names import rename_reserved_columns
 from dbt_ivm.plan.nodes import (
@@ -190,7 +190,7 @@ def _scan_of(node: exp.Expr, tables: dict[str, TableInfo], position: int, model:
     if node.args.get("only"):
         # A scan reads the table with its inheritance children, as the delta rules do.
         raise UnsupportedQuery(model, f"`FROM ONLY {node.name}`", "drop ONLY, or use refresh_mode='full'")
-    info = tables[f"{node.db}.{node.name}"]
+    info = tables[qualified_name(node.db, node.name)]
     return Scan(position=position, alias=node.alias_or_name, table=info)
 
 

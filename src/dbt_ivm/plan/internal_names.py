@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dbt_ivm.catalog import TableInfo
+from dbt_ivm.catalog import TableInfo, qualified_name
 from dbt_ivm.reserved import internal_column, is_reserved, needs_renaming
 
 
@@ -24,7 +24,7 @@ def rename_reserved_columns(tree: exp.Expr, tables: dict[str, TableInfo]) -> exp
     """Rename qualified references to reserved-named source columns, in place; returns `tree`."""
     by_alias: dict[str, TableInfo] = {}
     for table in tree.find_all(exp.Table):
-        info = tables.get(f"{table.db}.{table.name}")
+        info = tables.get(qualified_name(table.db, table.name))
         if info is not None and needs_renaming(info):
             by_alias[table.alias_or_name] = info
     if not by_alias:

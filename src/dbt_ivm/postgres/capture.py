@@ -7,13 +7,13 @@ both stamped with the writer's ``pg_current_xact_id()`` — native column types,
 records the order in which statements fired: a nested statement (a row trigger updating the row
 again) fires its capture before the outer statement's, and a batch's net effect is a sum of weights
 that does not depend on that order (``delta/compact.py``). TRUNCATE cannot list its rows, so its
-trigger appends a marker (weight 0) that forces the next refresh of every consumer to be FULL.
+trigger records a FULL mark that forces the next refresh of every consumer to be FULL.
 
 What a user could do to a source without firing ordinary triggers is either captured or detected:
 
 * the triggers are ``ENABLE ALWAYS``, so they fire under ``session_replication_role = replica``
-  (logical replication apply) too — where the dbt role does not own the source it cannot set that,
-  and a source that a subscription writes is then refreshed FULL (``replication_blind_spot``);
+  (logical replication apply) too — where the dbt role does not own the source it cannot set that:
+  a source that a subscription writes is then refreshed FULL, and every refresh warns (``ReplicaGap``);
 * they sit on the source and on every partition and inheritance child below it (a statement fires
   the triggers of the table it names only);
 * a fingerprint of the source's state is stored at install: its columns (number, name, type,
@@ -22,10 +22,13 @@ What a user could do to a source without firing ordinary triggers is either capt
   ``ALTER TABLE … DISABLE/ENABLE TRIGGER`` rewrites them). A refresh that finds a different state
   reinstalls capture, and every consumer's next refresh is FULL with the reason.
 
-Buffers are UNLOGGED and unindexed, and their columns have base types: a domain's CHECK (user code)
-never runs inside capture, whose function is SECURITY DEFINER. Crash recovery (or a failover) empties
-unlogged tables; each buffer therefore holds a sentinel row (weight 9) written at install. A buffer
-without its sentinel was reset: capture is reinstalled and the next refresh is FULL.
+Buffers are UNLOGGED and unindexed, and their columns have the source's declared types. A value is
+copied from a transition table into a column of its own type, which coerces nothing, so no domain
+CHECK (user code) ever runs inside capture, whose function is SECURITY DEFINER — nor in a refresh,
+which reads the values in their own types. No buffer row is a placeholder: the marks that need no
+row image (a sentinel per buffer, and a FULL mark for TRUNCATE) live in the unlogged
+``buffer_marks``. Crash recovery (or a failover) empties unlogged tables; a buffer without its
+sentinel was reset, so capture is reinstalled and the next refresh is FULL.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from dbt_ivm.catalog import TableInfo
@@ -43,7 +47,11 @@ from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 # Bump when the buffer's shape or the capture function changes: older installs are reinstalled.
 CAPTURE_VERSION = 2
 XID = "__ivm_xid"
-SENTINEL = 9  # weight of the row that proves a buffer was not reset by crash recovery
+# Rows of the unlogged table MARKS, kept apart from the typed buffers so that no row of a buffer is
+# ever a placeholder (its NULLs would be checked against a user's domain).
+MARKS = "buffer_marks"
+SENTINEL = "sentinel"  # proves a buffer was not reset by crash recovery (both are unlogged)
+FULL_MARK = "full"  # TRUNCATE, or a write capture could not record: the next refresh is FULL
 TRIGGER_PREFIX = "__ivm_capture_"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
 # The source and every table below it: partitions and inheritance children, at any depth.
@@ -54,8 +62,9 @@ TREE_SQL = (
 # What capture depends on, as three JSON arrays (see the module docstring).
 STATE_SQL = TREE_SQL + (
     "SELECT (SELECT COALESCE(jsonb_agg(jsonb_build_array(a.attnum, a.attname, a.atttypid::regtype::text, "
-    "a.atttypmod) ORDER BY a.attnum), '[]') FROM pg_attribute a "
-    "WHERE a.attrelid = %(source)s::oid AND a.attnum > 0 AND NOT a.attisdropped), "
+    "a.atttypmod, a.attgenerated, pg_get_expr(d.adbin, d.adrelid)) ORDER BY a.attnum), '[]') "
+    "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+    "AND a.attgenerated <> '' WHERE a.attrelid = %(source)s::oid AND a.attnum > 0 AND NOT a.attisdropped), "
     "(SELECT COALESCE(jsonb_agg(jsonb_build_array(c.oid::bigint, c.relfilenode::bigint) ORDER BY c.oid), '[]') "
     "FROM tree JOIN pg_class c ON c.oid = tree.relid), "
     "(SELECT COALESCE(jsonb_agg(jsonb_build_array(t.tgrelid::bigint, t.tgname, t.xmin::text, t.tgenabled) "
@@ -63,6 +72,7 @@ STATE_SQL = TREE_SQL + (
     "WHERE t.tgfoid = to_regprocedure(%(function)s))"
 )
 STATE_PARTS = ("columns", "storage", "triggers")
+TRIGGERS_ALTERED = "the change capture triggers on {} were disabled, altered or dropped"
 # Errors a capture statement raises when the source's columns no longer match its buffer.
 SCHEMA_DRIFT = (
     "undefined_column",
@@ -104,6 +114,7 @@ def remove_unused(db: Db, catalog: str) -> None:
         # The triggers depend on the function: CASCADE removes them with it.
         db.execute(f"DROP FUNCTION IF EXISTS {qn(catalog, f'capture_{oid}')}() CASCADE")
         db.execute(f"DROP TABLE IF EXISTS {qn(catalog, buffer)}")
+        db.execute(f"DELETE FROM {qn(catalog, MARKS)} WHERE buffer = %s", (buffer,))
         db.execute(f"DELETE FROM {qn(catalog, 'change_buffers')} WHERE source = %s", (source,))
 
 
@@ -129,9 +140,7 @@ def reinstall_reason(db: Db, catalog: str, table: TableInfo) -> str | None:
         return f"{label} was dropped and re-created"
     if version != CAPTURE_VERSION or stored is None:
         return f"change capture on {label} was upgraded"
-    if not buffer_exists or not db.value(
-        f"SELECT EXISTS (SELECT 1 FROM {qn(catalog, buffer_name(table))} WHERE {q(WEIGHT)} = {SENTINEL})"
-    ):
+    if not buffer_exists or not _has_mark(db, catalog, table, SENTINEL):
         return f"the change buffer of {label} was reset (crash recovery or failover)"
     now = current_state(db, catalog, table)
     if now["columns"] != stored["columns"]:
@@ -139,32 +148,48 @@ def reinstall_reason(db: Db, catalog: str, table: TableInfo) -> str | None:
     if [oid for oid, _ in now["storage"]] != [oid for oid, _ in stored["storage"]]:
         return f"the partitions or inheritance children of {label} changed"
     if now["storage"] != stored["storage"]:
-        truncated = f"SELECT EXISTS (SELECT 1 FROM {qn(catalog, buffer_name(table))} WHERE {q(WEIGHT)} = 0)"
-        if db.value(truncated):
+        if _has_mark(db, catalog, table, FULL_MARK):
             return f"{label} was truncated"
         return f"{label} was rewritten (ALTER TABLE … TYPE, a column dropped and re-added, VACUUM FULL or CLUSTER)"
     if now["triggers"] != stored["triggers"]:
-        return f"the change capture triggers on {label} were disabled, altered or dropped"
+        return TRIGGERS_ALTERED.format(label)
     return None
 
 
-def replication_blind_spot(db: Db, catalog: str, table: TableInfo) -> str | None:
-    """Why changes to this source may go unseen even with capture in place, or None.
+@dataclass(frozen=True)
+class ReplicaGap:
+    """Capture triggers on a source that could not be set ENABLE ALWAYS (only the source's owner may):
+    they do not fire for writes under session_replication_role = replica."""
 
-    Capture triggers that could not be set ENABLE ALWAYS (the dbt role does not own the source) do
-    not fire when a logical replication subscription applies changes: such a source is recomputed."""
-    blind = db.value(
+    source: str
+    subscribed: bool  # a logical replication subscription writes the source: recompute it
+
+    def full_reason(self) -> str:
+        return (
+            f"{self.source} is written by logical replication and its capture triggers are not "
+            "ENABLE ALWAYS (only its owner can set that)"
+        )
+
+    def warning(self) -> str:
+        triggers = ", ".join(f"{q(TRIGGER_PREFIX + e)}" for e in EVENTS)
+        return (
+            f"capture triggers on {self.source} are not ENABLE ALWAYS (the dbt role does not own it): writes "
+            f"made under session_replication_role = replica would go unseen; its owner can run "
+            f"ALTER TABLE … ENABLE ALWAYS TRIGGER for each of {triggers}"
+        )
+
+
+def replica_gap(db: Db, catalog: str, table: TableInfo) -> ReplicaGap | None:
+    """The source's ReplicaGap, or None when its capture also fires in replica mode."""
+    row = db.one(
         TREE_SQL + "SELECT EXISTS (SELECT 1 FROM pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
-        "WHERE t.tgfoid = to_regprocedure(%(function)s) AND t.tgenabled <> 'A') "
-        "AND EXISTS (SELECT 1 FROM pg_subscription_rel r JOIN tree ON r.srrelid = tree.relid)",
+        "WHERE t.tgfoid = to_regprocedure(%(function)s) AND t.tgenabled <> 'A'), "
+        "EXISTS (SELECT 1 FROM pg_subscription_rel r JOIN tree ON r.srrelid = tree.relid)",
         {"source": table.identity, "function": _function_signature(catalog, table)},
     )
-    if not blind:
+    if row is None or not row[0]:
         return None
-    return (
-        f"{table.qualified} is written by logical replication and its capture triggers are not "
-        "ENABLE ALWAYS (only its owner can set that)"
-    )
+    return ReplicaGap(table.qualified, bool(row[1]))
 
 
 def lock_installs(db: Db) -> None:
@@ -173,29 +198,20 @@ def lock_installs(db: Db) -> None:
 
 
 def _base_type(db: Db, type_oid: int, typmod: int) -> tuple[int, int]:
-    """A domain's base type (through domains over domains); an array of a domain becomes an array of
-    its base. A buffer holds base types so that no domain CHECK, which is user code, runs in capture."""
+    """A domain's base type (through domains over domains)."""
     for _ in range(32):
-        row = db.one(
-            "SELECT t.typtype, t.typbasetype, t.typtypmod, t.typcategory, t.typelem FROM pg_type t WHERE t.oid = %s",
-            (type_oid,),
-        )
+        row = db.one("SELECT typtype, typbasetype, typtypmod FROM pg_type WHERE oid = %s", (type_oid,))
         assert row is not None
-        kind, base, base_mod, category, element = row
-        if kind == "d":
-            type_oid, typmod = int(base), int(base_mod) if int(base_mod) >= 0 else typmod
-            continue
-        if category == "A" and element:
-            element_base, _ = _base_type(db, int(element), -1)
-            if element_base != int(element):
-                array = db.value("SELECT typarray FROM pg_type WHERE oid = %s", (element_base,))
-                return int(array), typmod
-        return type_oid, typmod
+        kind, base, base_mod = row
+        if kind != "d":
+            break
+        type_oid, typmod = int(base), int(base_mod) if int(base_mod) >= 0 else typmod
     return type_oid, typmod
 
 
 def base_type_name(db: Db, type_name: str) -> str:
-    """`type_name` with domains resolved to their base (casting to a domain runs its CHECK)."""
+    """`type_name` with domains resolved to their base: casting even a NULL to a domain runs its
+    CHECK, which is user code. An array of a domain stays: a NULL array is not checked."""
     row = db.one("SELECT %s::regtype::oid::bigint", (type_name,))
     assert row is not None
     base, modifier = _base_type(db, int(row[0]), -1)
@@ -204,18 +220,33 @@ def base_type_name(db: Db, type_name: str) -> str:
     return str(db.value("SELECT format_type(%s::oid, %s)", (base, modifier)))
 
 
-def _storage_types(db: Db, table: TableInfo) -> list[str]:
-    """The buffer's column types, in the source's column order."""
-    columns = db.rows(
-        "SELECT atttypid::bigint, atttypmod FROM pg_attribute WHERE attrelid = %s::oid AND attnum > 0 "
-        "AND NOT attisdropped ORDER BY attnum",
-        (table.identity,),
+def repair(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
+    """Make capture trustworthy again after `reason` (from reinstall_reason); every consumer's next
+    refresh is FULL. Triggers that were only altered — all there, enabled (the owner may have set
+    them ENABLE ALWAYS, which a role without ownership could not redo) — are kept and fingerprinted
+    anew; anything else is installed from scratch."""
+    stored = db.value(
+        f"SELECT state FROM {qn(catalog, 'change_buffers')} WHERE source = %s", (table.qualified,)
     )
-    types = []
-    for type_oid, typmod in columns:
-        base, base_mod = _base_type(db, int(type_oid), int(typmod))
-        types.append(str(db.value("SELECT format_type(%s::oid, %s)", (base, base_mod))))
-    return types
+    altered = reason == TRIGGERS_ALTERED.format(table.qualified)
+    if stored is not None and altered and _triggers_complete(db, catalog, table):
+        now = current_state(db, catalog, table)
+        if all(now[part] == stored[part] for part in STATE_PARTS if part != "triggers"):
+            _record(db, catalog, table, now, reason)
+            return
+    install(db, catalog, table, reason)
+
+
+def _triggers_complete(db: Db, catalog: str, table: TableInfo) -> bool:
+    """All four triggers on every table of the source's tree, each firing in ordinary sessions."""
+    return bool(
+        db.value(
+            TREE_SQL + "SELECT (SELECT count(*) FROM pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
+            "WHERE t.tgfoid = to_regprocedure(%(function)s) AND t.tgenabled IN ('O', 'A')) "
+            f"= {len(EVENTS)} * (SELECT count(*) FROM tree)",
+            {"source": table.identity, "function": _function_signature(catalog, table)},
+        )
+    )
 
 
 def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
@@ -225,7 +256,7 @@ def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
     buffer = qn(catalog, buffer_name(table))
     function = qn(catalog, function_name(table))
     names = internal_columns(table)
-    types = _storage_types(db, table)
+    types = [c.type for c in table.columns]
     # A source dropped and recreated has a new oid: drop the old table's buffer and function.
     previous = db.value(
         f"SELECT source_oid::text FROM {qn(catalog, 'change_buffers')} WHERE source = %s", (table.qualified,)
@@ -240,10 +271,12 @@ def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
     db.execute(
         f"CREATE UNLOGGED TABLE {buffer} ({q(XID)} xid8 NOT NULL, {q(WEIGHT)} smallint NOT NULL{column_defs})"
     )
-    db.execute(f"INSERT INTO {buffer} ({q(XID)}, {q(WEIGHT)}) VALUES (pg_current_xact_id(), {SENTINEL})")
+    marks = qn(catalog, MARKS)
+    db.execute(f"DELETE FROM {marks} WHERE buffer = %s", (buffer_name(table),))
+    db.execute(f"INSERT INTO {marks} VALUES (%s, pg_current_xact_id(), %s)", (buffer_name(table), SENTINEL))
     # Only the capture function (SECURITY DEFINER) writes the buffer: it gets no privileges of its own.
     db.execute(f"REVOKE ALL ON {buffer} FROM PUBLIC")
-    db.execute(_function_sql(function, buffer, table))
+    db.execute(_function_sql(function, buffer, marks, table))
     db.execute(f"REVOKE ALL ON FUNCTION {function}() FROM PUBLIC")
     targets = [
         str(r[0])
@@ -257,7 +290,11 @@ def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
                 f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
             )
             _enable_always(db, target, trigger)
-    state = current_state(db, catalog, table)
+    _record(db, catalog, table, current_state(db, catalog, table), reason)
+
+
+def _record(db: Db, catalog: str, table: TableInfo, state: dict[str, Any], reason: str) -> None:
+    """Store the capture's fingerprint; consumers' frontiers no longer vouch for the buffer."""
     db.execute(
         f"INSERT INTO {qn(catalog, 'change_buffers')} "
         "(source, source_oid, buffer_table, columns, primary_key, capture_version, state) "
@@ -282,12 +319,14 @@ def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
     )
 
 
-def _function_sql(function: str, buffer: str, table: TableInfo) -> str:
+def _function_sql(function: str, buffer: str, marks: str, table: TableInfo) -> str:
     """The capture function. It declares no variables (a PL/pgSQL variable named like a column of the
     source makes the column reference ambiguous) and reads transition-table columns by name, so it
     serves partitions and children whose columns sit at other positions."""
     stamp = f"{q(XID)}, {q(WEIGHT)}"
-    marker = f"INSERT INTO {buffer} ({stamp}) VALUES (pg_current_xact_id(), 0);"
+    marker = (
+        f"INSERT INTO {marks} VALUES ({lit(buffer_name(table))}, pg_current_xact_id(), {lit(FULL_MARK)});"
+    )
     names = "".join(f", {q(n)}" for n in internal_columns(table))
 
     def copy(weight: int, rows: str) -> str:
@@ -297,9 +336,7 @@ def _function_sql(function: str, buffer: str, table: TableInfo) -> str:
             f"SELECT pg_current_xact_id(), {weight}{values} FROM {q(rows)} AS r;"
         )
 
-    return (
-        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
-        f"SET search_path = pg_catalog, pg_temp AS $ivm$\n"
+    body = (
         f"BEGIN\n"
         f"  IF TG_OP = 'INSERT' THEN {copy(1, NEW_ROWS)}\n"
         f"  ELSIF TG_OP = 'UPDATE' THEN {copy(-1, OLD_ROWS)} {copy(1, NEW_ROWS)}\n"
@@ -309,7 +346,13 @@ def _function_sql(function: str, buffer: str, table: TableInfo) -> str:
         # A column dropped, renamed or retyped since install must not fail the user's write: record
         # a marker instead (the refresh that follows detects the change, reinstalls and is FULL).
         f"EXCEPTION WHEN {' OR '.join(SCHEMA_DRIFT)} THEN {marker} RETURN NULL;\n"
-        f"END\n$ivm$"
+        f"END\n"
+    )
+    # Column names may contain any text, a dollar-quote tag too: pick one the body does not hold.
+    tag = next(t for t in (f"$ivm{n}$" for n in range(len(body) + 1)) if t not in body)
+    return (
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
+        f"SET search_path = pg_catalog, pg_temp AS {tag}\n{body}{tag}"
     )
 
 
@@ -333,21 +376,57 @@ def pending_filter(frontier_sql: str) -> str:
     return f"{q(XID)} >= pg_snapshot_xmin({frontier_sql}) AND NOT pg_visible_in_snapshot({q(XID)}, {frontier_sql})"
 
 
-def raw_changes_sql(catalog: str, table: TableInfo, frontier: str) -> str:
-    """The source's raw changes since `frontier` (a pg_snapshot text), as a relation."""
-    cols = ", ".join(q(c) for c in internal_columns(table))
+def virtual_columns(db: Db, table: TableInfo) -> dict[str, str]:
+    """Virtual generated columns (PostgreSQL 18) and their expressions. Transition tables carry them
+    as NULL: a batch computes them from the captured row instead (raw_changes_sql)."""
+    rows = db.rows(
+        "SELECT a.attname, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a JOIN pg_attrdef d "
+        "ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = %s::oid AND a.attgenerated = 'v'",
+        (table.identity,),
+    )
+    return {str(name): str(expression) for name, expression in rows}
+
+
+def raw_changes_sql(
+    catalog: str, table: TableInfo, frontier: str, virtual: dict[str, str] | None = None
+) -> str:
+    """The source's raw changes since `frontier` (a pg_snapshot text), as a relation (internal names)."""
     frontier_sql = f"{lit(frontier)}::pg_snapshot"
+    source = f"{qn(catalog, buffer_name(table))} AS {q('__ivm_b')}"
+    where = f"WHERE {pending_filter(frontier_sql)} AND {q(WEIGHT)} IN (-1, 1)"
+    if not virtual:
+        cols = ", ".join(q(c) for c in internal_columns(table))
+        return f"(SELECT {q(WEIGHT)}, {cols} FROM {source} {where})"
+    # A generation expression names the table's columns: evaluate it over the captured row alone.
+    pairs = list(zip(table.column_names(), internal_columns(table), strict=True))
+    row = ", ".join(f"{q('__ivm_b')}.{q(internal)} AS {q(name)}" for name, internal in pairs)
+    computed = ", ".join(f"({virtual[name]}) AS {q(internal)}" for name, internal in pairs if name in virtual)
+    cols = ", ".join(
+        f"{q('__ivm_v')}.{q(internal)}" if name in virtual else f"{q('__ivm_b')}.{q(internal)}"
+        for name, internal in pairs
+    )
     return (
-        f"(SELECT {q(WEIGHT)}, {cols} FROM {qn(catalog, buffer_name(table))} "
-        f"WHERE {pending_filter(frontier_sql)} AND {q(WEIGHT)} IN (-1, 1))"
+        f"(SELECT {q('__ivm_b')}.{q(WEIGHT)}, {cols} FROM {source} CROSS JOIN LATERAL "
+        f"(SELECT {computed} FROM (SELECT {row}) AS {q('__ivm_row')}) AS {q('__ivm_v')} {where})"
     )
 
 
 def pending_stats_sql(catalog: str, table: TableInfo, frontier: str) -> str:
+    """(changes pending since `frontier`, whether a FULL mark — TRUNCATE — is pending too)."""
     frontier_sql = f"{lit(frontier)}::pg_snapshot"
     return (
-        f"SELECT count(*), COALESCE(bool_or({q(WEIGHT)} = 0), false) FROM {qn(catalog, buffer_name(table))} "
-        f"WHERE {pending_filter(frontier_sql)} AND {q(WEIGHT)} <> {SENTINEL}"
+        f"SELECT (SELECT count(*) FROM {qn(catalog, buffer_name(table))} WHERE {pending_filter(frontier_sql)}), "
+        f"EXISTS (SELECT 1 FROM {qn(catalog, MARKS)} WHERE buffer = {lit(buffer_name(table))} "
+        f"AND kind = {lit(FULL_MARK)} AND {pending_filter(frontier_sql)})"
+    )
+
+
+def _has_mark(db: Db, catalog: str, table: TableInfo, kind: str) -> bool:
+    return bool(
+        db.value(
+            f"SELECT EXISTS (SELECT 1 FROM {qn(catalog, MARKS)} WHERE buffer = %s AND kind = %s)",
+            (buffer_name(table), kind),
+        )
     )
 
 
@@ -379,9 +458,14 @@ def cleanup(db: Db, catalog: str, table: TableInfo) -> int:
         return 0  # capture is being reinstalled
     if not db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (pin_key(table.qualified),)):
         return 0  # a stream table over this source is being created: clean up next time
+    seen_by_all = (
+        f"NOT EXISTS (SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE %s = ANY (s.sources) AND ("
+        f"s.frontier IS NULL OR NOT pg_visible_in_snapshot(b.{q(XID)}, s.frontier)))"
+    )
+    db.execute(
+        f"DELETE FROM {qn(catalog, MARKS)} AS b WHERE b.buffer = %s AND b.kind = %s AND {seen_by_all}",
+        (buffer_name(table), FULL_MARK, table.qualified),
+    )
     return db.execute(
-        f"DELETE FROM {qn(catalog, buffer_name(table))} AS b WHERE b.{q(WEIGHT)} <> {SENTINEL} AND NOT EXISTS ("
-        f"SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE %s = ANY (s.sources) AND ("
-        f"s.frontier IS NULL OR NOT pg_visible_in_snapshot(b.{q(XID)}, s.frontier)))",
-        (table.qualified,),
+        f"DELETE FROM {qn(catalog, buffer_name(table))} AS b WHERE {seen_by_all}", (table.qualified,)
     )

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from dbt_ivm.postgres import capture
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.sqltext import WEIGHT, lit, q, qn
+from dbt_ivm.sqltext import lit, qn
 
 # Serializes the sessions that unregister stream tables and remove capture here: two of them dropping
 # capture from several sources in different orders could deadlock.
@@ -144,7 +144,7 @@ def list_registrations(db: Db, catalog: str) -> list[Registration]:
 
 
 def _pending(db: Db, catalog: str, buffer: str | None, frontier: str | None) -> int | None:
-    """Rows of `buffer` committed after `frontier` (the reset-detecting sentinel not counted)."""
+    """Rows of `buffer` committed after `frontier`."""
     if buffer is None or frontier is None:
         return None
     relation = qn(catalog, buffer)
@@ -155,10 +155,7 @@ def _pending(db: Db, catalog: str, buffer: str | None, frontier: str | None) -> 
     if not readable:
         return None
     frontier_sql = f"{lit(frontier)}::pg_snapshot"
-    count = db.value(
-        f"SELECT count(*) FROM {relation} WHERE {capture.pending_filter(frontier_sql)} "
-        f"AND {q(WEIGHT)} <> {capture.SENTINEL}"
-    )
+    count = db.value(f"SELECT count(*) FROM {relation} WHERE {capture.pending_filter(frontier_sql)}")
     return int(count)
 
 

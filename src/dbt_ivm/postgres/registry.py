@@ -38,6 +38,12 @@ def bootstrap(db: Db, catalog: str) -> None:
             "source text PRIMARY KEY, source_oid oid NOT NULL, buffer_table text NOT NULL, "
             "columns text[] NOT NULL, primary_key text[] NOT NULL, installed_at timestamptz NOT NULL DEFAULT now())"
         )
+        # Unlogged, like the buffers: crash recovery empties both, and a missing sentinel says so.
+        db.execute(
+            f"CREATE UNLOGGED TABLE IF NOT EXISTS {s}.{q('buffer_marks')} ("
+            "buffer text NOT NULL, __ivm_xid xid8 NOT NULL, kind text NOT NULL)"
+        )
+        db.execute(f"REVOKE ALL ON {s}.{q('buffer_marks')} FROM PUBLIC")
         # Catalogs created by earlier versions gain the newer columns (NEWEST_COLUMN last).
         for table, column in (
             ("stream_tables", "views_digest text NOT NULL DEFAULT ''"),

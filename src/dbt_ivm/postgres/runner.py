@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from dbt_ivm.catalog import TableInfo, views_digest
+from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.contents import call_probe_sql, contents_sql
 from dbt_ivm.delta import Bindings, row_delta
 from dbt_ivm.delta.compact import compacted_sql, row_image_sql
@@ -72,7 +72,7 @@ def _relation(spec: StreamTableSpec) -> str:
 
 
 def _key(spec: StreamTableSpec) -> str:
-    return f"{spec.schema}.{spec.name}"
+    return qualified_name(spec.schema, spec.name)
 
 
 def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
@@ -273,7 +273,7 @@ def _install_capture(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
                     capture.lock_installs(db)
                     reason = capture.reinstall_reason(db, spec.catalog_schema, source)
                     if reason is not None:
-                        capture.install(db, spec.catalog_schema, source, reason)
+                        capture.repair(db, spec.catalog_schema, source, reason)
     return compiled
 
 
@@ -297,6 +297,9 @@ def _build(db: Db, spec: StreamTableSpec, sql: str, action: str, reason: str) ->
         result.reason = reason if action != "CREATE" else None
         if compiled.unsupported is not None:
             result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
+        result.warnings.extend(
+            f"model {spec.model}: {g.warning()}" for g in _replica_gaps(db, spec, compiled)
+        )
         result.warnings.extend(user_triggers.dropped_warning(relation, dropped_triggers))
         _history(db, spec, result, 0)
         user_triggers.notify(db, spec, result)
@@ -373,9 +376,14 @@ def _refresh_in_snapshot(db: Db, spec: StreamTableSpec, sql: str, compiled: Comp
     # A table-level SELECT granted since the last run (by hand, or by dbt's grants) reads hidden columns.
     restrict_to_user_columns(db, _relation(spec), [name for name, _ in compiled.output_types])
     reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
+    gaps = _replica_gaps(db, spec, compiled)
+    subscribed = next((g for g in gaps if g.subscribed), None)
+    if reason is None and subscribed is not None:
+        reason = subscribed.full_reason()  # its changes may not be in the buffer: recompute
     if reason is None and not changed:
         registry.advance(db, spec.catalog_schema, _key(spec))
         result = RefreshResult(action="SKIP", reason="no changes")
+        result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps)
         _history(db, spec, result, 0)
         return result
     if reason is None:
@@ -383,10 +391,18 @@ def _refresh_in_snapshot(db: Db, spec: StreamTableSpec, sql: str, compiled: Comp
         result = _differential(db, spec, compiled, current, changed)
     else:
         result = _full(db, spec, compiled, sql, reason)
+    result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps if not g.subscribed)
     registry.advance(db, spec.catalog_schema, _key(spec))
     _history(db, spec, result, changes)
     user_triggers.notify(db, spec, result)
     return result
+
+
+def _replica_gaps(db: Db, spec: StreamTableSpec, compiled: Compiled) -> list[capture.ReplicaGap]:
+    if spec.refresh_mode == "full" or compiled.plan is None:
+        return []
+    found = (capture.replica_gap(db, spec.catalog_schema, s) for s in compiled.sources)
+    return [gap for gap in found if gap is not None]
 
 
 def _choose_full_reason(
@@ -404,9 +420,6 @@ def _choose_full_reason(
     total = 0
     changed: list[TableInfo] = []
     for source in compiled.sources:
-        blind = capture.replication_blind_spot(db, spec.catalog_schema, source)
-        if blind is not None:
-            return blind, 0, []
         stats = db.one(capture.pending_stats_sql(spec.catalog_schema, source, current.frontier))
         assert stats is not None
         count, truncated = int(stats[0]), bool(stats[1])
@@ -437,7 +450,8 @@ def _differential(
     bindings = _current_bindings(compiled.sources)
     for index, source in enumerate(changed):
         temp = q(f"__ivm_delta_{index}")
-        raw = capture.raw_changes_sql(spec.catalog_schema, source, current.frontier)
+        virtual = capture.virtual_columns(db, source)
+        raw = capture.raw_changes_sql(spec.catalog_schema, source, current.frontier, virtual)
         columns = internal_columns(source)
         compacted = compacted_sql(raw, columns, row_image_sql(columns))
         db.execute(f"CREATE TEMP TABLE {temp} ON COMMIT DROP AS {compacted}")

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from dbt_ivm.apply import explicit
+from dbt_ivm.catalog import qualified_name
 from dbt_ivm.errors import IvmError
 from dbt_ivm.layout import Layout
 from dbt_ivm.postgres.capture import TRIGGER_PREFIX
@@ -211,7 +212,7 @@ def notify(db: Db, spec: StreamTableSpec, result: RefreshResult) -> None:
             f"model {spec.model}: notify_channel {channel!r} is longer than {MAX_CHANNEL_BYTES} bytes"
         )
     payload = {
-        "stream_table": f"{spec.schema}.{spec.name}",
+        "stream_table": qualified_name(spec.schema, spec.name),
         "model": spec.model,
         "mode": result.action,
         "rows_inserted": result.rows_inserted,

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from dbt_ivm.catalog import TableInfo, views_digest
+from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.contents import call_probe_sql, contents_sql
 from dbt_ivm.delta import Bindings, row_delta
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
@@ -77,7 +77,7 @@ def fingerprint(sql: str) -> str:
 
 
 def _key(spec: StreamTableSpec) -> str:
-    return f"{spec.schema}.{spec.name}"
+    return qualified_name(spec.schema, spec.name)
 
 
 def _relation(spec: StreamTableSpec) -> str:
