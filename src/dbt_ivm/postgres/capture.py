@@ -73,6 +73,7 @@ STATE_SQL = TREE_SQL + (
 )
 STATE_PARTS = ("columns", "storage", "triggers")
 TRIGGERS_ALTERED = "the change capture triggers on {} were disabled, altered or dropped"
+INSUFFICIENT_PRIVILEGE = "42501"
 # Errors a capture statement raises when the source's columns no longer match its buffer.
 SCHEMA_DRIFT = (
     "undefined_column",
@@ -358,17 +359,8 @@ def _function_sql(function: str, buffer: str, marks: str, table: TableInfo) -> s
 
 def _enable_always(db: Db, target: str, trigger: str) -> None:
     """Fire under session_replication_role = replica too. Only the table's owner may set this; a
-    role that may only create triggers leaves them ENABLE (see replication_blind_spot)."""
-    db.execute("SAVEPOINT __ivm_enable_always")
-    try:
-        db.execute(f"ALTER TABLE {target} ENABLE ALWAYS TRIGGER {trigger}")
-    except Exception as error:
-        db.execute("ROLLBACK TO SAVEPOINT __ivm_enable_always")
-        db.execute("RELEASE SAVEPOINT __ivm_enable_always")
-        if getattr(error, "pgcode", None) != "42501":  # insufficient_privilege
-            raise
-        return
-    db.execute("RELEASE SAVEPOINT __ivm_enable_always")
+    role that may only create triggers leaves them ENABLE (see ReplicaGap)."""
+    db.attempt(f"ALTER TABLE {target} ENABLE ALWAYS TRIGGER {trigger}", INSUFFICIENT_PRIVILEGE)
 
 
 def pending_filter(frontier_sql: str) -> str:

@@ -34,6 +34,21 @@ class Db:
         row = self.one(sql, params)
         return None if row is None else row[0]
 
+    def attempt(self, sql: str, tolerated: str) -> bool:
+        """Run `sql` inside the caller's transaction; an error with SQLSTATE `tolerated` is rolled back
+        to before it (the transaction goes on) and reported as False, any other error is raised."""
+        self.execute("SAVEPOINT __ivm_attempt")
+        try:
+            self.execute(sql)
+        except Exception as error:
+            self.execute("ROLLBACK TO SAVEPOINT __ivm_attempt")
+            self.execute("RELEASE SAVEPOINT __ivm_attempt")
+            if getattr(error, "pgcode", None) != tolerated:
+                raise
+            return False
+        self.execute("RELEASE SAVEPOINT __ivm_attempt")
+        return True
+
     @contextmanager
     def transaction(self, isolation: str = "READ COMMITTED") -> Iterator[Db]:
         self.execute(f"BEGIN ISOLATION LEVEL {isolation}")

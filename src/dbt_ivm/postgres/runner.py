@@ -41,6 +41,7 @@ from dbt_ivm.sqltext import q, qn
 _clock = threading.local()
 
 
+UNDEFINED_FUNCTION = "42883"  # what hashing a type without an extended hash function raises
 # Types without an equality operator: rows holding them cannot be compared or diffed.
 INCOMPARABLE_TYPES = {"json", "xml", "point", "line", "lseg", "box", "path", "polygon", "circle"}
 # A running sum of floating-point values drifts as rows come and go (1e10 + 0.5 − 1e10 is not 0.5).
@@ -140,17 +141,7 @@ def _hashable(db: Db, types: list[str]) -> bool:
     if not types:
         return True
     row = ", ".join(f"NULL::{capture.base_type_name(db, t)}" for t in types)
-    db.execute("SAVEPOINT __ivm_hashable")
-    try:
-        db.execute(f"SELECT hash_record_extended(ROW({row}), 0)")
-    except Exception as error:
-        db.execute("ROLLBACK TO SAVEPOINT __ivm_hashable")
-        db.execute("RELEASE SAVEPOINT __ivm_hashable")
-        if getattr(error, "pgcode", None) != "42883":  # undefined_function: no extended hash
-            raise
-        return False
-    db.execute("RELEASE SAVEPOINT __ivm_hashable")
-    return True
+    return db.attempt(f"SELECT hash_record_extended(ROW({row}), 0)", UNDEFINED_FUNCTION)
 
 
 def shape_change(registered: str, current: str) -> str | None:
