@@ -244,3 +244,61 @@ def test_columns_without_equality_are_refused_by_name(pg_conn: Any) -> None:
             refresh(pg_conn, "with_json", f'SELECT "Item Id", raw FROM {ITEMS}', refresh_mode=mode)
     assert [h["status"] for h in history(pg_conn, "with_json")] == ["FAILED"] * 3
     refresh_and_check(pg_conn, "with_jsonb", f'SELECT "Item Id", raw::jsonb AS raw FROM {ITEMS}')
+
+
+JOINED_QUERIES = {
+    # PostgreSQL stores a view's joins in parentheses: `FROM ((orders o JOIN customers c ON …) JOIN …)`.
+    "over_a_joined_view": "SELECT tier, region, COUNT(*) AS n, SUM(amount) AS s FROM order_regions GROUP BY tier, region",
+    "parenthesized_join": (
+        "SELECT o.id, c.name, r.name AS region FROM orders o "
+        "JOIN (customers c JOIN regions r ON r.id = c.region_id) ON o.customer_id = c.id"
+    ),
+}
+
+
+@pytest.mark.parametrize("seed", [31])
+def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> None:
+    rng = random.Random(seed)
+    workload = seeded_shop(pg_conn, rng)
+    execute(
+        pg_conn,
+        "CREATE VIEW order_regions AS SELECT o.amount, c.tier, r.name AS region FROM orders o "
+        "JOIN customers c ON o.customer_id = c.id JOIN regions r ON r.id = c.region_id",
+    )
+    _refresh_all(pg_conn, JOINED_QUERIES, "build")
+    for cycle in range(3):
+        done = [workload.step() for _ in range(rng.randint(5, 20))]
+        _refresh_all(pg_conn, JOINED_QUERIES, f"cycle {cycle}, after {done}")
+
+
+@pytest.mark.parametrize(
+    ("sql", "construct"),
+    [
+        (
+            "SELECT customer, SUM(amount) AS s FROM orders GROUP BY ROLLUP (customer)",
+            '`ROLLUP ("orders"."customer")`',
+        ),
+        (
+            "SELECT customer, COUNT(*) AS n FROM orders GROUP BY GROUPING SETS ((customer), ())",
+            "`GROUPING SETS",
+        ),
+        ("SELECT customer, COUNT(*) AS n FROM orders GROUP BY CUBE (customer)", "`CUBE"),
+        (
+            "SELECT id FROM orders o WHERE NOT EXISTS (SELECT 1 FROM customers c WHERE c.id = o.customer_id)",
+            "`NOT EXISTS` subquery",
+        ),
+        ("SELECT id FROM orders WHERE customer_id NOT IN (SELECT id FROM customers)", "`NOT IN (subquery)`"),
+        ("SELECT id FROM orders UNION ALL SELECT id FROM customers", "`UNION ALL`"),
+        ("SELECT id, rank() OVER (ORDER BY amount) AS r FROM orders", "`RANK() OVER (ORDER BY"),
+    ],
+)
+def test_refusals_name_the_construct_and_auto_recomputes(pg_conn: Any, sql: str, construct: str) -> None:
+    seeded_shop(pg_conn, random.Random(5))
+    with pytest.raises(UnsupportedQuery) as refused:
+        refresh(pg_conn, "refused", sql, refresh_mode="differential")
+    message = str(refused.value)
+    assert construct in message and "model refused" in message, message
+    refresh_and_check(pg_conn, "refused", sql)  # auto: created, and maintained by recomputing
+    execute(pg_conn, "UPDATE orders SET amount = amount + 1")
+    result = refresh_and_check(pg_conn, "refused", sql)
+    assert result.action == "FULL" and construct in (result.reason or ""), result.summary()

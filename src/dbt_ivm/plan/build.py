@@ -109,10 +109,54 @@ def _parse(sql: str, model: str, dialect: str) -> exp.Expr:
         )
     if isinstance(tree, exp.SetOperation):
         kind = type(tree).__name__.upper()
+        if not tree.args.get("distinct", True):
+            kind += " ALL"
         raise UnsupportedQuery(model, f"`{kind}`", "split each branch into its own stream table")
     assert isinstance(tree, exp.Expr)
     # Unquoted names fold to the database's case now, so every name below is the catalog's own spelling.
-    return normalize_identifiers(tree, dialect=dialect)
+    return flatten_join_parentheses(normalize_identifiers(tree, dialect=dialect))
+
+
+def flatten_join_parentheses(tree: exp.Expr) -> exp.Expr:
+    """`FROM (a JOIN b ON …)` as `FROM a JOIN b ON …`, in place. PostgreSQL writes a view's joins in
+    parentheses (pg_get_viewdef). The planner keeps every join condition as a conjunct over all
+    scans, which is what an inner join means wherever its parentheses stand; an outer join is
+    refused by name afterwards, and its query then runs as written.
+
+    >>> flatten_join_parentheses(sqlglot.parse_one("SELECT 1 FROM (a JOIN b ON a.x = b.x) JOIN c ON b.y = c.y")).sql()
+    'SELECT 1 FROM a JOIN b ON a.x = b.x JOIN c ON b.y = c.y'
+    """
+    for select in list(tree.find_all(exp.Select)):
+        from_ = select.args.get("from_") or select.args.get("from")
+        if from_ is None:
+            continue
+        joins: list[exp.Expr] = []
+        from_.set("this", _unparenthesized(from_.this, joins))
+        for join in select.args.get("joins") or []:
+            lifted: list[exp.Expr] = []
+            join.set("this", _unparenthesized(join.this, lifted))
+            joins.extend([join, *lifted])
+        if joins:
+            select.set("joins", joins)
+    return tree
+
+
+def _unparenthesized(item: exp.Expr, lifted: list[exp.Expr]) -> exp.Expr:
+    """The first table of a parenthesized join (appending its joins, in order, to `lifted`), else
+    `item`. sqlglot hangs a parenthesized join's joins on its first table or on the parentheses."""
+    if isinstance(item, exp.Subquery) and not item.alias and isinstance(item.this, exp.Table | exp.Subquery):
+        first = _unparenthesized(item.this, lifted)
+        own = item.args.get("joins") or []
+    elif isinstance(item, exp.Table) and item.args.get("joins"):
+        first, own = item, item.args["joins"]
+    else:
+        return item
+    item.set("joins", None)
+    for join in list(own):
+        inner: list[exp.Expr] = []
+        join.set("this", _unparenthesized(join.this, inner))
+        lifted.extend([join, *inner])  # each join before the joins it brought along
+    return first
 
 
 def _cte_names(tree: exp.Expr) -> set[str]:
@@ -160,11 +204,9 @@ def _unalias(select: exp.Expr) -> exp.Expr:
 def _refuse_unsupported(tree: exp.Select, model: str) -> None:
     for node in tree.walk():
         if isinstance(node, exp.Window):
-            raise UnsupportedQuery(
-                model, f"window function `{node.this.sql('postgres')}`", "use refresh_mode='full'"
-            )
+            raise UnsupportedQuery(model, f"window function `{excerpt(node)}`", "use refresh_mode='full'")
         if isinstance(node, exp.Subquery | exp.Exists) or (isinstance(node, exp.Select) and node is not tree):
-            raise UnsupportedQuery(model, f"subquery `{node.sql('postgres')[:60]}`", "join instead")
+            raise UnsupportedQuery(model, _subquery_form(node), "join instead, or use refresh_mode='full'")
     for clause, construct in (("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
         if tree.args.get(clause):
             raise UnsupportedQuery(model, f"`{construct}`", "filter in a downstream model")
@@ -172,8 +214,14 @@ def _refuse_unsupported(tree: exp.Select, model: str) -> None:
     if distinct is not None and distinct.args.get("on"):
         raise UnsupportedQuery(model, "`DISTINCT ON`", "use GROUP BY")
     group = tree.args.get("group")
-    if group is not None and any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup")):
-        raise UnsupportedQuery(model, "`GROUPING SETS / CUBE / ROLLUP`", "one stream table per grouping")
+    groupings = (exp.GroupingSets, exp.Cube, exp.Rollup)
+    if group is not None and (
+        any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup"))
+        or any(isinstance(e, groupings) for e in group.expressions)
+    ):
+        shown = next((e for e in group.expressions if isinstance(e, groupings)), None)
+        construct = f"`{excerpt(shown)}`" if shown is not None else "`GROUPING SETS / CUBE / ROLLUP`"
+        raise UnsupportedQuery(model, construct, "one stream table per grouping, or refresh_mode='full'")
     for join in tree.args.get("joins") or []:
         side = (join.side or "").upper()
         kind = (join.kind or "").upper()
@@ -182,6 +230,36 @@ def _refuse_unsupported(tree: exp.Select, model: str) -> None:
             raise UnsupportedQuery(model, f"`{name}`", "use an inner join, or refresh_mode='full'")
         if join.args.get("using"):
             raise UnsupportedQuery(model, "`JOIN ... USING`", "write JOIN ... ON")
+
+
+def excerpt(node: exp.Expr, limit: int = 80) -> str:
+    """A construct's SQL for a message, cut at a word boundary (never inside an identifier).
+
+    >>> excerpt(sqlglot.parse_one("SELECT customer_identifier FROM orders WHERE amount > 10"), 40)
+    'SELECT customer_identifier FROM orders …'
+    """
+    text = " ".join(node.sql("postgres").split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > 0 else limit] + " …"
+
+
+def _subquery_form(node: exp.Expr) -> str:
+    """Name the form a subquery takes: NOT EXISTS, IN, NOT IN, scalar, or a derived table."""
+    parent = node.parent
+    if isinstance(node, exp.Exists):
+        shown = parent if isinstance(parent, exp.Not) else node
+        return f"`{'NOT ' if shown is parent else ''}EXISTS` subquery `{excerpt(shown)}`"
+    owner = parent.parent if isinstance(parent, exp.Subquery) else parent
+    if isinstance(owner, exp.In):
+        wrapper = owner.parent
+        if isinstance(wrapper, exp.Not):
+            return f"`NOT IN (subquery)` `{excerpt(wrapper)}`"
+        return f"`IN (subquery)` `{excerpt(owner)}`"
+    if isinstance(node, exp.Subquery) and isinstance(parent, exp.From | exp.Join):
+        return f"derived table `{excerpt(node)}`"
+    return f"scalar subquery `{excerpt(node)}`"
 
 
 def _scan_of(node: exp.Expr, tables: dict[str, TableInfo], position: int, model: str) -> Scan:
