@@ -60,8 +60,8 @@ TREE_SQL = (
     "SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.relid) "
 )
 # What capture depends on, as three JSON arrays (see the module docstring).
-STATE_SQL = TREE_SQL + (
-    "SELECT (SELECT COALESCE(jsonb_agg(jsonb_build_array(a.attnum, a.attname, a.atttypid::regtype::text, "
+STATE_COLUMNS = (
+    "(SELECT COALESCE(jsonb_agg(jsonb_build_array(a.attnum, a.attname, a.atttypid::regtype::text, "
     "a.atttypmod, a.attgenerated, pg_get_expr(d.adbin, d.adrelid)) ORDER BY a.attnum), '[]') "
     "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
     "AND a.attgenerated <> '' WHERE a.attrelid = %(source)s::oid AND a.attnum > 0 AND NOT a.attisdropped), "
@@ -71,6 +71,7 @@ STATE_SQL = TREE_SQL + (
     "ORDER BY t.tgrelid, t.tgname), '[]') FROM pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
     "WHERE t.tgfoid = to_regprocedure(%(function)s))"
 )
+STATE_SQL = TREE_SQL + "SELECT " + STATE_COLUMNS
 STATE_PARTS = ("columns", "storage", "triggers")
 TRIGGERS_ALTERED = "the change capture triggers on {} were disabled, altered or dropped"
 INSUFFICIENT_PRIVILEGE = "42501"
@@ -128,33 +129,7 @@ def current_state(db: Db, catalog: str, table: TableInfo) -> dict[str, Any]:
 
 def reinstall_reason(db: Db, catalog: str, table: TableInfo) -> str | None:
     """Why this source's capture must be (re)installed, or None when it is complete and untouched."""
-    label = table.qualified
-    row = db.one(
-        f"SELECT source_oid::text, capture_version, state, to_regclass(%s) IS NOT NULL "
-        f"FROM {qn(catalog, 'change_buffers')} WHERE source = %s",
-        (qn(catalog, buffer_name(table)), label),
-    )
-    if row is None:
-        return f"change capture on {label} was installed"
-    oid, version, stored, buffer_exists = row
-    if oid != table.identity:
-        return f"{label} was dropped and re-created"
-    if version != CAPTURE_VERSION or stored is None:
-        return f"change capture on {label} was upgraded"
-    if not buffer_exists or not _has_mark(db, catalog, table, SENTINEL):
-        return f"the change buffer of {label} was reset (crash recovery or failover)"
-    now = current_state(db, catalog, table)
-    if now["columns"] != stored["columns"]:
-        return f"the columns of {label} changed"
-    if [oid for oid, _ in now["storage"]] != [oid for oid, _ in stored["storage"]]:
-        return f"the partitions or inheritance children of {label} changed"
-    if now["storage"] != stored["storage"]:
-        if _has_mark(db, catalog, table, FULL_MARK):
-            return f"{label} was truncated"
-        return f"{label} was rewritten (ALTER TABLE … TYPE, a column dropped and re-added, VACUUM FULL or CLUSTER)"
-    if now["triggers"] != stored["triggers"]:
-        return TRIGGERS_ALTERED.format(label)
-    return None
+    return inspect(db, catalog, table).reinstall_reason
 
 
 @dataclass(frozen=True)
@@ -180,45 +155,82 @@ class ReplicaGap:
         )
 
 
-def replica_gap(db: Db, catalog: str, table: TableInfo) -> ReplicaGap | None:
-    """The source's ReplicaGap, or None when its capture also fires in replica mode."""
+@dataclass(frozen=True)
+class Inspection:
+    """What one refresh needs to know about a source's capture (one query, see inspect)."""
+
+    reinstall_reason: str | None  # None: complete and untouched since install
+    replica_gap: ReplicaGap | None
+
+
+def inspect(db: Db, catalog: str, table: TableInfo) -> Inspection:
+    """Check a source's capture against what install stored: its registration, buffer and sentinel,
+    the source's fingerprint, and whether its triggers fire in replica mode — in one query."""
+    label, buffer = table.qualified, buffer_name(table)
+    marks = qn(catalog, MARKS)
     row = db.one(
-        TREE_SQL + "SELECT EXISTS (SELECT 1 FROM pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
+        TREE_SQL
+        + "SELECT b.source_oid::text, b.capture_version, b.state, to_regclass(%(buffer)s) IS NOT NULL, "
+        f"EXISTS (SELECT 1 FROM {marks} WHERE buffer = %(buffer_name)s AND kind = '{SENTINEL}'), "
+        f"EXISTS (SELECT 1 FROM {marks} WHERE buffer = %(buffer_name)s AND kind = '{FULL_MARK}'), "
+        f"{STATE_COLUMNS}, "
+        "EXISTS (SELECT 1 FROM pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
         "WHERE t.tgfoid = to_regprocedure(%(function)s) AND t.tgenabled <> 'A'), "
-        "EXISTS (SELECT 1 FROM pg_subscription_rel r JOIN tree ON r.srrelid = tree.relid)",
-        {"source": table.identity, "function": _function_signature(catalog, table)},
+        "EXISTS (SELECT 1 FROM pg_subscription_rel r JOIN tree ON r.srrelid = tree.relid) "
+        f"FROM (SELECT 1) AS one LEFT JOIN {qn(catalog, 'change_buffers')} AS b ON b.source = %(label)s",
+        {
+            "source": table.identity,
+            "function": _function_signature(catalog, table),
+            "buffer": qn(catalog, buffer),
+            "buffer_name": buffer,
+            "label": label,
+        },
     )
-    if row is None or not row[0]:
-        return None
-    return ReplicaGap(table.qualified, bool(row[1]))
+    assert row is not None
+    oid, version, stored, buffer_exists, has_sentinel, has_full_mark = row[:6]
+    now = dict(zip(STATE_PARTS, row[6:9], strict=True))
+    not_always, subscribed = row[9:]
+    gap = ReplicaGap(label, bool(subscribed)) if not_always else None
+    return Inspection(
+        _reinstall_reason(table, oid, version, stored, buffer_exists and has_sentinel, has_full_mark, now),
+        gap,
+    )
+
+
+def _reinstall_reason(
+    table: TableInfo,
+    oid: str | None,
+    version: int | None,
+    stored: dict[str, Any] | None,
+    intact: bool,
+    truncated: bool,
+    now: dict[str, Any],
+) -> str | None:
+    label = table.qualified
+    if oid is None:
+        return f"change capture on {label} was installed"
+    if oid != table.identity:
+        return f"{label} was dropped and re-created"
+    if version != CAPTURE_VERSION or stored is None:
+        return f"change capture on {label} was upgraded"
+    if not intact:
+        return f"the change buffer of {label} was reset (crash recovery or failover)"
+    if now["columns"] != stored["columns"]:
+        return f"the columns of {label} changed"
+    if [oid for oid, _ in now["storage"]] != [oid for oid, _ in stored["storage"]]:
+        return f"the partitions or inheritance children of {label} changed"
+    if now["storage"] != stored["storage"]:
+        if truncated:
+            return f"{label} was truncated"
+        return f"{label} was rewritten (ALTER TABLE … TYPE, a column dropped and re-added, VACUUM FULL or CLUSTER)"
+    if now["triggers"] != stored["triggers"]:
+        return TRIGGERS_ALTERED.format(label)
+    return None
 
 
 def lock_installs(db: Db) -> None:
     """Serialize capture installs until the caller's transaction ends."""
     db.execute("SELECT pg_advisory_xact_lock(hashtext('dbt_ivm capture install'))")
-
-
-def _base_type(db: Db, type_oid: int, typmod: int) -> tuple[int, int]:
-    """A domain's base type (through domains over domains)."""
-    for _ in range(32):
-        row = db.one("SELECT typtype, typbasetype, typtypmod FROM pg_type WHERE oid = %s", (type_oid,))
-        assert row is not None
-        kind, base, base_mod = row
-        if kind != "d":
-            break
-        type_oid, typmod = int(base), int(base_mod) if int(base_mod) >= 0 else typmod
-    return type_oid, typmod
-
-
-def base_type_name(db: Db, type_name: str) -> str:
-    """`type_name` with domains resolved to their base: casting even a NULL to a domain runs its
-    CHECK, which is user code. An array of a domain stays: a NULL array is not checked."""
-    row = db.one("SELECT %s::regtype::oid::bigint", (type_name,))
-    assert row is not None
-    base, modifier = _base_type(db, int(row[0]), -1)
-    if base == int(row[0]):
-        return type_name  # keeps its modifier, e.g. numeric(10,2)
-    return str(db.value("SELECT format_type(%s::oid, %s)", (base, modifier)))
 
 
 def repair(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
@@ -410,15 +422,6 @@ def pending_stats_sql(catalog: str, table: TableInfo, frontier: str) -> str:
         f"SELECT (SELECT count(*) FROM {qn(catalog, buffer_name(table))} WHERE {pending_filter(frontier_sql)}), "
         f"EXISTS (SELECT 1 FROM {qn(catalog, MARKS)} WHERE buffer = {lit(buffer_name(table))} "
         f"AND kind = {lit(FULL_MARK)} AND {pending_filter(frontier_sql)})"
-    )
-
-
-def _has_mark(db: Db, catalog: str, table: TableInfo, kind: str) -> bool:
-    return bool(
-        db.value(
-            f"SELECT EXISTS (SELECT 1 FROM {qn(catalog, MARKS)} WHERE buffer = %s AND kind = %s)",
-            (buffer_name(table), kind),
-        )
     )
 
 

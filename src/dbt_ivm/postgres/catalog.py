@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dbt_ivm.catalog import Column, TableInfo
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.sqltext import qn
@@ -64,13 +66,40 @@ class PostgresCatalog:
 
 def describe(db: Db, sql: str) -> list[tuple[str, str]]:
     """Output column names and types of a query, as PostgreSQL itself resolves them."""
+    return describe_many(db, [sql])[0]
+
+
+def describe_many(db: Db, queries: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """`describe` of several queries in three round trips: one temp view each, created in one
+    message, read in one catalog query, and all rolled back (the caller's transaction goes on)."""
+    views = [f"pg_temp.__ivm_describe_{i}" for i in range(len(queries))]
     db.execute("SAVEPOINT __ivm_describe")
     try:
-        db.execute(f"CREATE TEMP VIEW __ivm_describe AS {sql}")
+        db.execute(
+            ";\n".join(f"CREATE TEMP VIEW {v} AS {sql}" for v, sql in zip(views, queries, strict=True))
+        )
         columns = db.rows(
-            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = 'pg_temp.__ivm_describe'::regclass AND attnum > 0 ORDER BY attnum"
+            "SELECT array_position(%s::regclass[], attrelid::regclass), attname, format_type(atttypid, atttypmod) "
+            "FROM pg_attribute WHERE attrelid = ANY (%s::regclass[]) AND attnum > 0 ORDER BY 1, attnum",
+            (views, views),
         )
     finally:
         db.execute("ROLLBACK TO SAVEPOINT __ivm_describe")
-    return [(str(n), str(t)) for n, t in columns]
+    described: list[list[tuple[str, str]]] = [[] for _ in queries]
+    for position, name, type_ in columns:
+        described[int(position) - 1].append((str(name), str(type_)))
+    return described
+
+
+def base_types(db: Db, type_names: Sequence[str]) -> list[str]:
+    """Each type with domains resolved to their base type (modifiers dropped): casting even a NULL to
+    a domain runs its CHECK, which is user code. An array of a domain stays as it is."""
+    rows = db.rows(
+        "WITH RECURSIVE t(position, oid, depth) AS ("
+        "SELECT position, name::regtype::oid, 0 FROM unnest(%s::text[]) WITH ORDINALITY AS n(name, position) "
+        "UNION ALL SELECT t.position, p.typbasetype, t.depth + 1 FROM t JOIN pg_type p ON p.oid = t.oid "
+        "WHERE p.typtype = 'd') "
+        "SELECT DISTINCT ON (position) format_type(oid, NULL) FROM t ORDER BY position, depth DESC",
+        (list(type_names),),
+    )
+    return [str(r[0]) for r in rows]

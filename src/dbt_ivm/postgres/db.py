@@ -36,17 +36,15 @@ class Db:
 
     def attempt(self, sql: str, tolerated: str) -> bool:
         """Run `sql` inside the caller's transaction; an error with SQLSTATE `tolerated` is rolled back
-        to before it (the transaction goes on) and reported as False, any other error is raised."""
-        self.execute("SAVEPOINT __ivm_attempt")
+        to before it (the transaction goes on) and reported as False, any other error is raised.
+        One round trip when it succeeds."""
         try:
-            self.execute(sql)
+            self.execute(f"SAVEPOINT __ivm_attempt; {sql}; RELEASE SAVEPOINT __ivm_attempt")
         except Exception as error:
-            self.execute("ROLLBACK TO SAVEPOINT __ivm_attempt")
-            self.execute("RELEASE SAVEPOINT __ivm_attempt")
+            self.execute("ROLLBACK TO SAVEPOINT __ivm_attempt; RELEASE SAVEPOINT __ivm_attempt")
             if getattr(error, "pgcode", None) != tolerated:
                 raise
             return False
-        self.execute("RELEASE SAVEPOINT __ivm_attempt")
         return True
 
     @contextmanager

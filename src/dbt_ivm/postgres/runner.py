@@ -30,7 +30,7 @@ from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_of
 from dbt_ivm.postgres import apply as pg_apply
 from dbt_ivm.postgres import capture, registrations, registry, user_triggers
-from dbt_ivm.postgres.catalog import PostgresCatalog, describe
+from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
 from dbt_ivm.reserved import internal_columns, is_reserved, source_relation_sql
@@ -104,26 +104,27 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
     try:
         plan = build_plan(sql, catalog, spec.model, [n for n, _ in output_types])
         sources = list({s.table.qualified: s.table for s in scans_of(plan.input)}.values())
-        call_types = _call_types(db, spec, plan, sources)
+        layout = layout_of(plan)
+        # Every column's type (hidden ones too), and the aggregate calls' result types.
+        bindings = _current_bindings(sources)
+        probe = call_probe_sql(plan, bindings) if isinstance(plan, Aggregate) else None
+        described = describe_many(db, [contents_sql(plan, layout, bindings), *([probe] if probe else [])])
+        call_types = _call_types(spec, plan, described[1] if probe else [])
     except UnsupportedQuery as unsupported:
         if spec.refresh_mode == "differential":
             raise
         compiled = Compiled(None, None, [], unsupported, {}, output_types, views_digest(catalog.seen))
         compiled.shape = json.dumps({"kind": "plain", "columns": output_types})
         return compiled
-    compiled = Compiled(
-        plan, layout_of(plan), sources, None, call_types, output_types, views_digest(catalog.seen)
-    )
-    _add_shape(db, compiled)
+    compiled = Compiled(plan, layout, sources, None, call_types, output_types, views_digest(catalog.seen))
+    _add_shape(db, compiled, dict(described[0]))
     return compiled
 
 
-def _add_shape(db: Db, compiled: Compiled) -> None:
-    """Every column's type (hidden ones too) and whether the row key can be hashed."""
-    assert compiled.plan is not None and compiled.layout is not None
+def _add_shape(db: Db, compiled: Compiled, types: dict[str, str]) -> None:
+    """The table's columns with their `types`, its row key, and whether the key can be hashed."""
+    assert compiled.layout is not None
     layout = compiled.layout
-    contents = contents_sql(compiled.plan, layout, _current_bindings(compiled.sources))
-    types = dict(describe(db, contents))
     key_types = [types[k] for k in layout.key]
     compiled.hashed = _hashable(db, key_types)
     compiled.shape = json.dumps(
@@ -140,7 +141,7 @@ def _hashable(db: Db, types: list[str]) -> bool:
     """Can PostgreSQL hash a row of these types? (Hashing a NULL looks the hash function up too.)"""
     if not types:
         return True
-    row = ", ".join(f"NULL::{capture.base_type_name(db, t)}" for t in types)
+    row = ", ".join(f"NULL::{t}" for t in base_types(db, types))
     return db.attempt(f"SELECT hash_record_extended(ROW({row}), 0)", UNDEFINED_FUNCTION)
 
 
@@ -162,15 +163,13 @@ def shape_change(registered: str, current: str) -> str | None:
     return "the row key of the stream table changed (a source's primary key or a key's hashability)"
 
 
-def _call_types(db: Db, spec: StreamTableSpec, plan: Plan, sources: list[TableInfo]) -> dict[int, str]:
-    """Result types of the aggregate calls (to finalize AVG exactly); refuses inexact running sums."""
+def _call_types(spec: StreamTableSpec, plan: Plan, probed: list[tuple[str, str]]) -> dict[int, str]:
+    """The aggregate calls' result types, as `probed` (to finalize AVG exactly); refuses inexact
+    running sums."""
     call_types: dict[int, str] = {}
     if not isinstance(plan, Aggregate):
         return call_types
-    probe = call_probe_sql(plan, _current_bindings(sources))
-    if probe is None:
-        return call_types
-    for (_, type_), call in zip(describe(db, probe), plan.calls, strict=True):
+    for (_, type_), call in zip(probed, plan.calls, strict=True):
         call_types[call.index] = type_
         if call.func in ("sum", "avg") and type_ in INEXACT_TYPES:
             raise UnsupportedQuery(
@@ -288,9 +287,8 @@ def _build(db: Db, spec: StreamTableSpec, sql: str, action: str, reason: str) ->
         result.reason = reason if action != "CREATE" else None
         if compiled.unsupported is not None:
             result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
-        result.warnings.extend(
-            f"model {spec.model}: {g.warning()}" for g in _replica_gaps(db, spec, compiled)
-        )
+        gaps = (i.replica_gap for i in _inspect_capture(db, spec, compiled) if i.replica_gap is not None)
+        result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps)
         result.warnings.extend(user_triggers.dropped_warning(relation, dropped_triggers))
         _history(db, spec, result, 0)
         user_triggers.notify(db, spec, result)
@@ -331,10 +329,12 @@ def _refresh(db: Db, spec: StreamTableSpec, sql: str, registered: registry.Regis
         with db.transaction("REPEATABLE READ"):
             compiled = compile_query(db, spec, sql)
             rebuild = _rebuild_reason(compiled, registered)
-            if rebuild or _capture_untrusted(db, spec, compiled):
+            inspections = [] if rebuild else _inspect_capture(db, spec, compiled)
+            if rebuild or any(i.reinstall_reason for i in inspections):
                 result = None
             else:
-                result = _refresh_in_snapshot(db, spec, sql, compiled)
+                gaps = [i.replica_gap for i in inspections if i.replica_gap is not None]
+                result = _refresh_in_snapshot(db, spec, sql, compiled, gaps)
         if rebuild:
             return _build(db, spec, sql, "REBUILD", rebuild)
         if result is not None:
@@ -355,19 +355,20 @@ def _rebuild_reason(compiled: Compiled, registered: registry.Registered) -> str 
     return shape_change(registered.shape, compiled.shape)
 
 
-def _capture_untrusted(db: Db, spec: StreamTableSpec, compiled: Compiled) -> bool:
+def _inspect_capture(db: Db, spec: StreamTableSpec, compiled: Compiled) -> list[capture.Inspection]:
     if spec.refresh_mode == "full" or compiled.plan is None:
-        return False
-    return any(capture.reinstall_reason(db, spec.catalog_schema, s) is not None for s in compiled.sources)
+        return []
+    return [capture.inspect(db, spec.catalog_schema, s) for s in compiled.sources]
 
 
-def _refresh_in_snapshot(db: Db, spec: StreamTableSpec, sql: str, compiled: Compiled) -> RefreshResult:
+def _refresh_in_snapshot(
+    db: Db, spec: StreamTableSpec, sql: str, compiled: Compiled, gaps: list[capture.ReplicaGap]
+) -> RefreshResult:
     current = registry.lookup(db, spec.catalog_schema, _key(spec))
     assert current is not None
     # A table-level SELECT granted since the last run (by hand, or by dbt's grants) reads hidden columns.
     restrict_to_user_columns(db, _relation(spec), [name for name, _ in compiled.output_types])
     reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
-    gaps = _replica_gaps(db, spec, compiled)
     subscribed = next((g for g in gaps if g.subscribed), None)
     if reason is None and subscribed is not None:
         reason = subscribed.full_reason()  # its changes may not be in the buffer: recompute
@@ -387,13 +388,6 @@ def _refresh_in_snapshot(db: Db, spec: StreamTableSpec, sql: str, compiled: Comp
     _history(db, spec, result, changes)
     user_triggers.notify(db, spec, result)
     return result
-
-
-def _replica_gaps(db: Db, spec: StreamTableSpec, compiled: Compiled) -> list[capture.ReplicaGap]:
-    if spec.refresh_mode == "full" or compiled.plan is None:
-        return []
-    found = (capture.replica_gap(db, spec.catalog_schema, s) for s in compiled.sources)
-    return [gap for gap in found if gap is not None]
 
 
 def _choose_full_reason(
