@@ -8,7 +8,7 @@ use `StaticCatalog`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,6 +23,9 @@ def qualified_name(schema: str, name: str) -> str:
     if any(c in part for part in (schema, name) for c in '."'):
         return ".".join('"' + part.replace('"', '""') + '"' for part in (schema, name))
     return f"{schema}.{name}"
+
+
+FunctionCall = tuple[str | None, str, int]  # (schema or None, name, argument count)
 
 
 @dataclass(frozen=True)
@@ -54,11 +57,11 @@ class Catalog(Protocol):
     def lookup(self, schema: str | None, name: str) -> TableInfo | None:
         """The table `schema.name` (schema None: the search path), or None if it does not exist."""
 
-    def function_volatility(self, name: str, arg_count: int, schema: str | None = None) -> str | None:
-        """How volatile a call of `schema.name` (exact spellings; schema None: the search path) with
-        `arg_count` arguments is: 'i' immutable, 's' stable, 'v' volatile, the worst of the overloads
-        such a call could resolve to. None when the catalog cannot tell (no such function, or a
-        database without volatility in its catalog): the caller judges by name."""
+    def function_volatilities(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, str | None]:
+        """How volatile each call of `schema.name` (exact spellings; schema None: the search path)
+        with `arg_count` arguments is: 'i' immutable, 's' stable, 'v' volatile, the worst of the
+        overloads such a call could resolve to. None when the catalog cannot tell (no such function,
+        or a database without volatility in its catalog): the caller judges by name."""
 
 
 class StaticCatalog:
@@ -76,8 +79,8 @@ class StaticCatalog:
     def lookup(self, schema: str | None, name: str) -> TableInfo | None:
         return self._tables.get((schema or self._default_schema, name))
 
-    def function_volatility(self, name: str, arg_count: int, schema: str | None = None) -> str | None:
-        return None  # holds no functions: calls are judged by name
+    def function_volatilities(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, str | None]:
+        return dict.fromkeys(calls)  # holds no functions: calls are judged by name
 
 
 def views_digest(tables: Iterable[TableInfo]) -> str:

@@ -24,7 +24,7 @@ from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.schema import MappingSchema
 
-from dbt_ivm.catalog import Catalog
+from dbt_ivm.catalog import Catalog, FunctionCall
 from dbt_ivm.errors import UnsupportedQuery
 
 # SQL value functions: keywords, not catalog functions, that read the transaction's clock or the
@@ -91,7 +91,6 @@ VOLATILE_NODES = (*SQL_VALUE_FUNCTIONS, exp.Rand)
 NONDETERMINISTIC_FIX = "compute it outside the model, or use refresh_mode='full'"
 CALL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 TEMPORAL_TYPES = tuple(exp.DataType.TEMPORAL_TYPES)
-CallKey = tuple[str | None, str, int]  # (schema, name, argument count)
 
 
 def refuse_value_keywords(tree: exp.Expr, model: str) -> None:
@@ -115,7 +114,12 @@ def refuse_nondeterministic(tree: exp.Expr, catalog: Catalog, schema: MappingSch
     """Refuse any value that can differ between the refresh that stored a row and a recomputation:
     volatile calls, stable calls that read only the transaction or session, the clock keywords, and
     date/time literals such as 'now'. Views are expanded already, so their calls are judged too."""
-    volatilities: dict[CallKey, str | None] = {}
+    calls = {
+        (*called, _argument_count(node))
+        for node in tree.find_all(exp.Func)
+        if (called := _call_name(node)) is not None
+    }
+    volatilities = catalog.function_volatilities(sorted(calls, key=str))  # one look-up for the query
     for node in tree.walk():
         if isinstance(node, SQL_VALUE_FUNCTIONS):
             raise UnsupportedQuery(
@@ -133,16 +137,13 @@ def refuse_nondeterministic(tree: exp.Expr, catalog: Catalog, schema: MappingSch
 
 
 def _is_nondeterministic_call(
-    node: exp.Func, catalog: Catalog, volatilities: dict[CallKey, str | None]
+    node: exp.Func, catalog: Catalog, volatilities: dict[FunctionCall, str | None]
 ) -> bool:
     count = _argument_count(node)
     called = _call_name(node)
     if called is not None:
         schema, name = called
-        key = (schema, name, count)
-        if key not in volatilities:
-            volatilities[key] = catalog.function_volatility(name, count, schema)
-        volatility = volatilities[key]
+        volatility = volatilities.get((schema, name, count))
         if volatility is not None:
             return _volatility_refused(volatility, name, count)
     # The catalog cannot tell (Spark, a static catalog, a name it does not know): judge by name.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dbt_ivm.catalog import Column, TableInfo
+from dbt_ivm.catalog import Column, FunctionCall, TableInfo
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.sqltext import qn
 
@@ -20,29 +20,24 @@ class PostgresCatalog:
         target = qn(schema, name) if schema else qn(name)
         row = self.db.one(
             "SELECT c.oid, n.nspname, c.relname, c.relkind, "
-            "CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) END "
+            "CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) END, "
+            "(SELECT COALESCE(json_agg(json_build_array(a.attname, format_type(a.atttypid, a.atttypmod), "
+            "NOT a.attnotnull) ORDER BY a.attnum), '[]') FROM pg_attribute a "
+            "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
+            "(SELECT COALESCE(array_agg(a.attname::text ORDER BY array_position(i.indkey, a.attnum)), '{}') "
+            "FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) "
+            "WHERE i.indrelid = c.oid AND i.indisprimary) "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
             (target,),
         )
         if row is None:
             return None
-        oid, nspname, relname, relkind, view_sql = row
-        columns = self.db.rows(
-            "SELECT attname, format_type(atttypid, atttypmod), NOT attnotnull FROM pg_attribute "
-            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (oid,),
-        )
-        primary_key = self.db.rows(
-            "SELECT a.attname FROM pg_index i JOIN pg_attribute a "
-            "ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) "
-            "WHERE i.indrelid = %s AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)",
-            (oid,),
-        )
+        oid, nspname, relname, relkind, view_sql, columns, primary_key = row
         found = TableInfo(
             schema=nspname,
             name=relname,
-            columns=tuple(Column(n, t, bool(nullable)) for n, t, nullable in columns),
-            primary_key=tuple(r[0] for r in primary_key),
+            columns=tuple(Column(str(n), str(t), bool(nullable)) for n, t, nullable in columns),
+            primary_key=tuple(str(c) for c in primary_key),
             kind=KINDS.get(relkind, "other"),
             view_sql=view_sql.rstrip().rstrip(";") if view_sql else None,
             identity=str(oid),
@@ -50,18 +45,23 @@ class PostgresCatalog:
         self.seen.append(found)
         return found
 
-    def function_volatility(self, name: str, arg_count: int, schema: str | None = None) -> str | None:
+    def function_volatilities(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, str | None]:
         # Overload resolution depends on argument types we do not know: take the worst of every
         # function a call with this many arguments could reach (defaults and VARIADIC included).
-        # 'i' < 's' < 'v' in text order too, so max() is the worst.
-        volatility = self.db.value(
-            "SELECT max(p.provolatile::text) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE p.proname = %s AND p.prokind <> 'p' "
-            "AND n.nspname = ANY (CASE WHEN %s::name IS NULL THEN current_schemas(true) ELSE ARRAY[%s::name] END) "
-            "AND %s >= p.pronargs - p.pronargdefaults AND (%s <= p.pronargs OR p.provariadic <> 0)",
-            (name, schema, schema, arg_count, arg_count),
+        # 'i' < 's' < 'v' in text order too, so max() is the worst. One query for all calls.
+        if not calls:
+            return {}
+        rows = self.db.rows(
+            "SELECT k.position, max(p.provolatile::text) "
+            "FROM unnest(%s::name[], %s::name[], %s::int[]) WITH ORDINALITY AS k(schema, name, nargs, position) "
+            "LEFT JOIN pg_proc p ON p.proname = k.name AND p.prokind <> 'p' "
+            "AND k.nargs >= p.pronargs - p.pronargdefaults AND (k.nargs <= p.pronargs OR p.provariadic <> 0) "
+            "AND p.pronamespace IN (SELECT n.oid FROM pg_namespace n WHERE n.nspname = ANY ("
+            "CASE WHEN k.schema IS NULL THEN current_schemas(true) ELSE ARRAY[k.schema] END)) "
+            "GROUP BY k.position ORDER BY k.position",
+            ([c[0] for c in calls], [c[1] for c in calls], [c[2] for c in calls]),
         )
-        return None if volatility is None else str(volatility)
+        return {call: None if row[1] is None else str(row[1]) for call, row in zip(calls, rows, strict=True)}
 
 
 def describe(db: Db, sql: str) -> list[tuple[str, str]]:

@@ -51,15 +51,16 @@ def catalog_exists(db: Db, catalog: str) -> bool:
     return bool(db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, "stream_tables"),)))
 
 
-def forget_missing(db: Db, catalog: str) -> list[str]:
+def forget_missing(db: Db, catalog: str, bootstrapped: bool = False) -> list[str]:
     """Unregister every stream table whose table no longer exists; returns their names.
 
     Safe to run from several refreshes at once: sessions take turns, a registration another session
     removed first is simply not reported, and a stream table being refreshed right now is left alone
     (its refresh recreates the table and registers it again). Runs its own transactions: call it on an
-    autocommit connection, outside any transaction that holds locks on the sources.
+    autocommit connection, outside any transaction that holds locks on the sources. `bootstrapped`:
+    the caller knows the catalog schema exists.
     """
-    if not catalog_exists(db, catalog) or not _missing(db, catalog)[0]:
+    if not (bootstrapped or catalog_exists(db, catalog)) or not _missing(db, catalog)[0]:
         return []  # the common case, one query and no lock: every table is there
     with db.transaction():
         db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (GC_LOCK,))

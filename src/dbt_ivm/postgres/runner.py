@@ -201,7 +201,7 @@ def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult
     started = _clock.started = time.monotonic()
     registry.bootstrap(db, spec.catalog_schema)
     # Registrations whose table was dropped by hand (or whose model is gone with it) pin buffers.
-    registrations.forget_missing(db, spec.catalog_schema)
+    registrations.forget_missing(db, spec.catalog_schema, bootstrapped=True)
     with _refresh_lock(db, spec):
         try:
             result = _run(db, spec)

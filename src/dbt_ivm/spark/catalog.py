@@ -14,10 +14,11 @@ Without either, rows are identified by value (multiset layout: duplicates allowe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dbt_ivm.catalog import Column, TableInfo
+from dbt_ivm.catalog import Column, FunctionCall, TableInfo
 
 KEY_PROPERTY = "dbt_ivm.primary_key"
 NO_SNAPSHOT = -1
@@ -50,8 +51,8 @@ class SparkCatalog:
         found = self.describe(schema, name)
         return None if found is None else found.info
 
-    def function_volatility(self, name: str, arg_count: int, schema: str | None = None) -> str | None:
-        return None  # Spark's catalog does not record determinism: calls are judged by name
+    def function_volatilities(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, str | None]:
+        return dict.fromkeys(calls)  # Spark's catalog does not record determinism: judged by name
 
     def describe(self, schema: str | None, name: str) -> SparkTable | None:
         schema = schema or str(self.spark.catalog.currentDatabase())
