@@ -43,13 +43,10 @@ def needs_renaming(table: TableInfo) -> bool:
     return any(is_reserved(c) for c in table.column_names())
 
 
-def renamed_select(table: TableInfo, alias: str = "") -> str:
-    """A select list of the table's columns (from `alias`, if given) under their internal names."""
-    prefix = f"{q(alias)}." if alias else ""
+def renamed_select(table: TableInfo) -> str:
+    """A select list of the table's columns under their internal names."""
     return ", ".join(
-        prefix + q(c)
-        if c == internal_column(table, c)
-        else f"{prefix}{q(c)} AS {q(internal_column(table, c))}"
+        q(c) if c == internal_column(table, c) else f"{q(c)} AS {q(internal_column(table, c))}"
         for c in table.column_names()
     )
 
