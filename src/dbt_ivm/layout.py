@@ -4,10 +4,12 @@ Three kinds of stream table:
 
 * ``aggregate`` — one row per group; key = the group keys; hidden state lets every aggregate be
   updated from its old value and the delta (a reference count, sums, non-NULL counts).
-* ``keyed`` — a select/project/join over sources that all have primary keys; every result row is
-  identified by the primary keys of the source rows it came from (hidden ``__ivm_k*`` columns).
-* ``multiset`` — some source has no primary key, so identical rows may repeat; rows are identified by
-  their values plus an ordinal ``__ivm_dup`` (1..n among identical rows).
+* ``keyed`` — a select/project/join over tables that all have primary keys; every result row is
+  identified by the primary keys of the source rows it came from (hidden ``__ivm_k*`` columns; NULL
+  for the missing partner of an outer join, which still leaves the row's key unique).
+* ``multiset`` — anything else (a table without a primary key, a subquery in FROM, a set
+  operation): identical rows may repeat; rows are identified by their values plus an ordinal
+  ``__ivm_dup`` (1..n among identical rows).
 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.plan import build_plan
@@ -27,8 +29,9 @@ from typing import Literal
 
 from sqlglot import exp
 
+from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.plan.build import group_placeholder
-from dbt_ivm.plan.nodes import AggCall, Aggregate, Plan, Project, scans_of
+from dbt_ivm.plan.nodes import AggCall, Aggregate, Plan, Project, Scan, items_of
 
 Kind = Literal["aggregate", "keyed", "multiset"]
 COUNT = "__ivm_count"
@@ -56,12 +59,7 @@ class Layout:
 
 def state_columns(call: AggCall) -> tuple[str, ...]:
     """Hidden columns that hold one aggregate's state (COUNT(*) shares the group's reference count)."""
-    prefix = f"__ivm_a{call.index}"
-    if call.func == "count_star":
-        return ()
-    if call.func == "count":
-        return (f"{prefix}_count",)
-    return (f"{prefix}_sum", f"{prefix}_nn")
+    return tuple(f"__ivm_a{call.index}_{suffix}" for suffix in REGISTRY[call.func].states)
 
 
 def key_column(scan_position: int, pk_index: int) -> str:
@@ -71,15 +69,24 @@ def key_column(scan_position: int, pk_index: int) -> str:
 
 
 def layout_of(plan: Plan) -> Layout:
-    user = tuple(o.name for o in plan.outputs)
+    user = tuple(plan.names)
     if isinstance(plan, Aggregate):
         return _aggregate_layout(plan, user)
-    assert isinstance(plan, Project)
-    scans = scans_of(plan.input)
-    if all(s.table.primary_key for s in scans):
+    scans = keyed_scans(plan)
+    if scans is not None:
         keys = tuple(key_column(s.position, i) for s in scans for i in range(1, len(s.table.primary_key) + 1))
         return Layout("keyed", user, keys, keys)
     return Layout("multiset", user, (), user)
+
+
+def keyed_scans(plan: Plan) -> tuple[Scan, ...] | None:
+    """The scans whose primary keys identify a projection's rows (None: its rows have no key)."""
+    if not isinstance(plan, Project):
+        return None
+    items = items_of(plan.input)
+    if all(isinstance(i, Scan) and i.table.primary_key for i in items):
+        return tuple(i for i in items if isinstance(i, Scan))
+    return None
 
 
 def _aggregate_layout(plan: Aggregate, user: tuple[str, ...]) -> Layout:

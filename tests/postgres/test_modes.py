@@ -29,7 +29,7 @@ CUSTOMER_TOTALS = (
 )
 UNSUPPORTED = {
     "window function": "SELECT id, row_number() OVER (PARTITION BY customer ORDER BY id) AS rn FROM orders",
-    "LEFT JOIN": "SELECT o.id, c.name FROM orders o LEFT JOIN customers c ON o.customer_id = c.id",
+    "LIMIT": "SELECT id, amount FROM orders ORDER BY amount DESC LIMIT 3",
     "MAX": "SELECT customer, MAX(amount) AS biggest FROM orders GROUP BY customer",
 }
 

@@ -284,11 +284,14 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
         ),
         ("SELECT customer, COUNT(*) AS n FROM orders GROUP BY CUBE (customer)", "`CUBE"),
         (
-            "SELECT id FROM orders o WHERE NOT EXISTS (SELECT 1 FROM customers c WHERE c.id = o.customer_id)",
+            "SELECT id FROM orders o WHERE amount > 10 OR NOT EXISTS "
+            "(SELECT 1 FROM customers c WHERE c.id = o.customer_id)",
             "`NOT EXISTS` subquery",
         ),
-        ("SELECT id FROM orders WHERE customer_id NOT IN (SELECT id FROM customers)", "`NOT IN (subquery)`"),
-        ("SELECT id FROM orders UNION ALL SELECT id FROM customers", "`UNION ALL`"),
+        (
+            "SELECT o.id, (SELECT c.name FROM customers c WHERE c.id = o.customer_id) AS name FROM orders o",
+            "aggregate `MAX(",
+        ),
         ("SELECT id, rank() OVER (ORDER BY amount) AS r FROM orders", "`RANK() OVER (ORDER BY"),
     ],
 )

@@ -1,62 +1,182 @@
-"""A delta in the making: a union of join terms, each reading every source as its delta or its current state.
+"""A relation's rows as a Z-set: a union of terms, each a product of its items read one of three ways.
 
-A term is ``sign * (R1 ⋈ R2 ⋈ ...) WHERE predicate`` where each Ri is a scan read either as its
-change set (rows with ``__ivm_weight`` ±1) or as its current contents (weight 1). A term's row weight
-is the sign times the product of the delta weights (Z-set multiplication).
+A term is ``sign · factors · (R1 × R2 × …) WHERE predicates`` where each Ri is an item read as its
+change set (``delta``: rows with ``__ivm_weight`` ±1), its current contents (``current``: weight 1),
+or as an absent partner (``null``: one row of NULLs, the padding of an outer join). A row's weight is
+the sign times the delta weights times the factors (Z-set multiplication). Every delta rule takes and
+returns lists of terms, so rules compose by nesting; `term_select` renders one term as a sqlglot
+SELECT.
+
+>>> from dbt_ivm.catalog import TableInfo
+>>> from dbt_ivm.plan.nodes import Scan
+>>> o = Scan(0, "o", TableInfo("public", "orders", ()))
+>>> ctx = Context(Bindings({"public.orders": '"public"."orders"'}, {"public.orders": "d"}))
+>>> t = Term((Read(o, "delta"),), predicates=(exp.condition('"o"."amount" > 10'),))
+>>> term_select(t, [exp.column("amount", "o", quoted=True)], ctx).sql("postgres")
+'SELECT "o"."amount", "o"."__ivm_weight" AS "__ivm_weight" FROM d AS "o" WHERE "o"."amount" > 10'
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
+import sqlglot
 from sqlglot import exp
 
 from dbt_ivm.catalog import TableInfo
-from dbt_ivm.plan.nodes import Scan
-from dbt_ivm.sqltext import WEIGHT, expr_sql, q
+from dbt_ivm.plan.nodes import Derived, Item, Scan, scans_in
+from dbt_ivm.sqltext import WEIGHT
+
+Mode = Literal["current", "delta", "null"]
 
 
 @dataclass(frozen=True)
 class Bindings:
-    """How this refresh names relations: each source's current state, and its delta if it changed."""
+    """How this refresh names relations: each source's current state, and its delta if it changed.
+    Relation texts are written in `dialect`."""
 
     current: dict[str, str]  # table.qualified -> SQL relation text
     delta: dict[str, str] = field(default_factory=dict)  # absent: unchanged in this batch
+    dialect: str = "postgres"
 
     def changed(self, table: TableInfo) -> bool:
         return table.qualified in self.delta
 
 
+@dataclass
+class Context:
+    """What rendering needs: the bindings, and a way to render derived items (set by `plans`)."""
+
+    bindings: Bindings
+    render_derived: Callable[[Derived, Mode, Context], exp.Query] | None = None
+    # Result types of aggregate calls, by id() of their Aggregate node and call index (AVG's cast).
+    call_types: dict[int, dict[int, exp.DataType]] = field(default_factory=dict)
+
+    def item_changed(self, item: Item) -> bool:
+        return any(self.bindings.changed(s.table) for s in scans_in(item))
+
+
+@dataclass(frozen=True)
+class Read:
+    item: Item
+    mode: Mode
+
+
 @dataclass(frozen=True)
 class Term:
-    reads: tuple[tuple[Scan, bool], ...]  # (scan, read its delta?)
+    reads: tuple[Read, ...]
     sign: int = 1
-    predicate: exp.Expr | None = None
+    predicates: tuple[exp.Expr, ...] = ()
+    factors: tuple[exp.Expr, ...] = ()  # extra weight factors (an existence flip)
 
-    def with_predicate(self, predicate: exp.Expr) -> Term:
-        combined = predicate if self.predicate is None else exp.and_(self.predicate, predicate)
-        return replace(self, predicate=combined)
+    def where(self, *predicates: exp.Expr) -> Term:
+        return replace(self, predicates=self.predicates + tuple(predicates))
 
-    def weight_sql(self) -> str:
-        factors = [f"{q(scan.alias)}.{q(WEIGHT)}" for scan, is_delta in self.reads if is_delta]
-        product = " * ".join(factors) if factors else "1"
-        return product if self.sign == 1 else f"-({product})"
+    def times(self, other: Term) -> Term:
+        """The product of two terms (a join of their reads; `other`'s predicates added)."""
+        return Term(
+            self.reads + other.reads,
+            self.sign * other.sign,
+            self.predicates + other.predicates,
+            self.factors + other.factors,
+        )
 
-    def from_sql(self, bindings: Bindings) -> str:
-        items = []
-        for scan, is_delta in self.reads:
-            source = bindings.delta if is_delta else bindings.current
-            items.append(f"{source[scan.table.qualified]} AS {q(scan.alias)}")
-        return ", ".join(items)
+    def negated(self) -> Term:
+        return replace(self, sign=-self.sign)
 
-    def where_sql(self) -> str:
-        return "" if self.predicate is None else f" WHERE {expr_sql(self.predicate)}"
+    def scaled(self, factor: exp.Expr) -> Term:
+        return replace(self, factors=(*self.factors, factor))
 
-
-@dataclass(frozen=True)
-class DeltaUnion:
-    terms: tuple[Term, ...]
+    def padded(self, items: Sequence[Item]) -> Term:
+        """The term with `items` read as NULL partners (an outer join's unmatched side)."""
+        return replace(self, reads=self.reads + tuple(Read(i, "null") for i in items))
 
     @property
-    def empty(self) -> bool:
-        return not self.terms
+    def is_delta(self) -> bool:
+        return any(r.mode == "delta" for r in self.reads)
+
+    def weight(self) -> exp.Expr:
+        factors: list[exp.Expr] = [
+            exp.column(WEIGHT, r.item.alias, quoted=True) for r in self.reads if r.mode == "delta"
+        ]
+        factors += [exp.paren(f.copy(), copy=False) for f in self.factors]
+        product: exp.Expr = factors[0] if factors else exp.Literal.number(1)
+        for factor in factors[1:]:
+            product = exp.Mul(this=product, expression=factor)
+        return exp.Neg(this=exp.paren(product, copy=False)) if self.sign < 0 else product
+
+
+def parse_relation(text: str, dialect: str) -> exp.Expr:
+    """A relation text (a table name or a parenthesized query) as a FROM item."""
+    select = sqlglot.parse_one(f"SELECT * FROM {text}", read=dialect)
+    from_ = select.args.get("from_") or select.args["from"]
+    node: exp.Expr = from_.this
+    return node
+
+
+def aliased(relation: exp.Expr, alias: str) -> exp.Expr:
+    if isinstance(relation, exp.Query):
+        relation = exp.Subquery(this=relation)
+    relation = relation.copy()
+    relation.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+    return relation
+
+
+def read_relation(read: Read, ctx: Context) -> exp.Expr:
+    """The relation a read stands for, aliased as its item."""
+    item = read.item
+    mode: Mode = "current" if read.mode == "null" else read.mode
+    if isinstance(item, Scan):
+        names = ctx.bindings.delta if mode == "delta" else ctx.bindings.current
+        relation = parse_relation(names[item.table.qualified], ctx.bindings.dialect)
+    else:
+        assert ctx.render_derived is not None
+        relation = ctx.render_derived(item, mode, ctx)
+    if read.mode == "null":
+        # No rows, the item's columns and types: LEFT JOINed ON TRUE it pads a row with NULLs.
+        relation = exp.select("*").from_(aliased(relation, item.alias)).where(exp.false())
+    return aliased(relation, item.alias)
+
+
+def term_from(term: Term, query: exp.Select, ctx: Context) -> exp.Select:
+    """`query` with the term's FROM (non-null reads joined, null reads left-joined) and WHERE."""
+    real = [r for r in term.reads if r.mode != "null"]
+    assert real, "a term reads at least one item"
+    query = query.from_(read_relation(real[0], ctx), copy=False)
+    for read in real[1:]:
+        query = query.join(read_relation(read, ctx), join_type="cross", copy=False)
+    for read in term.reads:
+        if read.mode == "null":
+            query = query.join(read_relation(read, ctx), on=exp.true(), join_type="left", copy=False)
+    condition = conjunction(term.predicates)
+    if condition is not None:
+        query = query.where(condition.copy(), copy=False)
+    return query
+
+
+def term_select(
+    term: Term, projections: Sequence[exp.Expr], ctx: Context, weighted: bool = True
+) -> exp.Select:
+    """SELECT projections (plus the term's weight as ``__ivm_weight``) over one term."""
+    columns = [p.copy() for p in projections]
+    if weighted:
+        columns.append(exp.alias_(term.weight(), WEIGHT, quoted=True))
+    return term_from(term, exp.select(*columns), ctx)
+
+
+def conjunction(predicates: Sequence[exp.Expr]) -> exp.Expr | None:
+    if not predicates:
+        return None
+    result = predicates[0]
+    for predicate in predicates[1:]:
+        result = exp.and_(result, predicate, copy=False)
+    return result
+
+
+def union_all(queries: Sequence[exp.Query]) -> exp.Query:
+    result = queries[0]
+    for query in queries[1:]:
+        result = exp.union(result, query, distinct=False, copy=False)
+    return result

@@ -14,7 +14,9 @@ Values that can change between refreshes are refused by `volatility.py`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+from typing import NoReturn
 
 import sqlglot
 from sqlglot import exp
@@ -23,6 +25,7 @@ from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import MappingSchema
 
 from dbt_ivm.catalog import Catalog, TableInfo, qualified_name
@@ -32,13 +35,20 @@ from dbt_ivm.plan.nodes import (
     AggCall,
     AggFunc,
     Aggregate,
+    Derived,
     Filter,
+    Item,
     Join,
+    JoinKind,
     Output,
     Plan,
     Project,
     Relation,
     Scan,
+    SetKind,
+    SetOp,
+    UnionAll,
+    all_items,
 )
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
 
@@ -60,6 +70,7 @@ def build_plan(
     """Plan the defining query `sql` of `model`. `output_names` (from the database) override aliases."""
     tree = _parse(sql, model, dialect)
     tables = _resolve_tables(tree, catalog, model, dialect)
+    tree = inline_ctes(tree)
     # sqlglot wants {schema: {table: {column: type}}}
     by_schema: dict[str, dict[str, dict[str, str]]] = {}
     for t in tables.values():
@@ -79,7 +90,7 @@ def build_plan(
         tree = merge_subqueries(tree)
     except OptimizeError as error:
         raise InvalidQuery(model, str(error)) from error
-    if not isinstance(tree, exp.Select):
+    if not isinstance(tree, exp.Query):
         raise UnsupportedQuery(model, f"top-level `{type(tree).__name__.upper()}`", "write a single SELECT")
     # Before the construct checks: a view left unmerged (a subquery) should be refused for its call.
     refuse_nondeterministic(tree, catalog, schema, model)
@@ -88,11 +99,42 @@ def build_plan(
     if len(names) != len(tree.selects):
         raise InvalidQuery(model, f"expected {len(tree.selects)} output names, got {len(names)}")
     rename_reserved_columns(tree, tables)
-    relation = _relation(tree, tables, model)
-    outputs = tuple(Output(name, _unalias(s)) for name, s in zip(names, tree.selects, strict=True))
-    if _is_aggregate(tree):
-        return _aggregate(tree, relation, outputs, model)
-    return Project(relation, outputs)
+    return _Planner(tables, model).query(tree, tuple(names))
+
+
+def inline_ctes(tree: exp.Expr) -> exp.Expr:
+    """Every reference to a CTE as a subquery of its body, so that `merge_subqueries` can merge the
+    simple ones (dbt's import CTEs) into plain joins and the rest are planned as subqueries.
+
+    >>> inline_ctes(sqlglot.parse_one("WITH a AS (SELECT x FROM t) SELECT a.x FROM a")).sql()
+    'SELECT a.x FROM (SELECT x FROM t) AS a'
+    """
+    for _ in range(MAX_VIEW_DEPTH):
+        withs = [w for w in tree.find_all(exp.With)]
+        if not withs:
+            return tree
+        for with_ in withs:
+            scope = with_.parent
+            assert scope is not None
+            bodies: dict[str, exp.Expr] = {}
+            for cte in with_.expressions:  # a CTE may read the ones before it
+                bodies[cte.alias_or_name] = _substituted(cte.this, bodies)
+            scope.set("with_" if "with_" in scope.args else "with", None)
+            _substituted(scope, bodies)
+    return tree
+
+
+def _substituted(node: exp.Expr, bodies: dict[str, exp.Expr]) -> exp.Expr:
+    """`node` with references to the CTEs in `bodies` replaced by aliased copies of their bodies."""
+    for table in list(node.find_all(exp.Table)):
+        if table.db or table.name not in bodies:
+            continue
+        alias = exp.TableAlias(this=exp.to_identifier(table.alias_or_name, quoted=table.this.quoted))
+        subquery = exp.Subquery(this=bodies[table.name].copy(), alias=alias)
+        if table is node:
+            return subquery
+        table.replace(subquery)
+    return node
 
 
 def _parse(sql: str, model: str, dialect: str) -> exp.Expr:
@@ -107,11 +149,6 @@ def _parse(sql: str, model: str, dialect: str) -> exp.Expr:
         raise InvalidQuery(
             model, f"a stream table is defined by a SELECT, not `{type(tree).__name__.upper()}`"
         )
-    if isinstance(tree, exp.SetOperation):
-        kind = type(tree).__name__.upper()
-        if not tree.args.get("distinct", True):
-            kind += " ALL"
-        raise UnsupportedQuery(model, f"`{kind}`", "split each branch into its own stream table")
     assert isinstance(tree, exp.Expr)
     # Unquoted names fold to the database's case now, so every name below is the catalog's own spelling.
     return flatten_join_parentheses(normalize_identifiers(tree, dialect=dialect))
@@ -134,11 +171,16 @@ def flatten_join_parentheses(tree: exp.Expr) -> exp.Expr:
         from_.set("this", _unparenthesized(from_.this, joins))
         for join in select.args.get("joins") or []:
             lifted: list[exp.Expr] = []
-            join.set("this", _unparenthesized(join.this, lifted))
+            if _is_inner(join) and all(_is_inner(j) for j in join.this.find_all(exp.Join)):
+                join.set("this", _unparenthesized(join.this, lifted))
             joins.extend([join, *lifted])
         if joins:
             select.set("joins", joins)
     return tree
+
+
+def _is_inner(join: exp.Expr) -> bool:
+    return not join.args.get("side") and str(join.args.get("kind") or "").upper() in ("", "INNER", "CROSS")
 
 
 def _unparenthesized(item: exp.Expr, lifted: list[exp.Expr]) -> exp.Expr:
@@ -201,35 +243,28 @@ def _unalias(select: exp.Expr) -> exp.Expr:
     return select.this if isinstance(select, exp.Alias) else select
 
 
-def _refuse_unsupported(tree: exp.Select, model: str) -> None:
+def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
+    """Constructs no rule maintains, wherever they stand in the query."""
     for node in tree.walk():
         if isinstance(node, exp.Window):
             raise UnsupportedQuery(model, f"window function `{excerpt(node)}`", "use refresh_mode='full'")
-        if isinstance(node, exp.Subquery | exp.Exists) or (isinstance(node, exp.Select) and node is not tree):
-            raise UnsupportedQuery(model, _subquery_form(node), "join instead, or use refresh_mode='full'")
-    for clause, construct in (("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
-        if tree.args.get(clause):
-            raise UnsupportedQuery(model, f"`{construct}`", "filter in a downstream model")
-    distinct = tree.args.get("distinct")
-    if distinct is not None and distinct.args.get("on"):
-        raise UnsupportedQuery(model, "`DISTINCT ON`", "use GROUP BY")
-    group = tree.args.get("group")
-    groupings = (exp.GroupingSets, exp.Cube, exp.Rollup)
-    if group is not None and (
-        any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup"))
-        or any(isinstance(e, groupings) for e in group.expressions)
-    ):
-        shown = next((e for e in group.expressions if isinstance(e, groupings)), None)
-        construct = f"`{excerpt(shown)}`" if shown is not None else "`GROUPING SETS / CUBE / ROLLUP`"
-        raise UnsupportedQuery(model, construct, "one stream table per grouping, or refresh_mode='full'")
-    for join in tree.args.get("joins") or []:
-        side = (join.side or "").upper()
-        kind = (join.kind or "").upper()
-        if side or kind not in ("", "INNER", "CROSS"):
-            name = " ".join(p for p in (side, kind) if p) + " JOIN"
-            raise UnsupportedQuery(model, f"`{name}`", "use an inner join, or refresh_mode='full'")
-        if join.args.get("using"):
-            raise UnsupportedQuery(model, "`JOIN ... USING`", "write JOIN ... ON")
+        if isinstance(node, exp.Group):
+            groupings = (exp.GroupingSets, exp.Cube, exp.Rollup)
+            if any(node.args.get(k) for k in ("grouping_sets", "cube", "rollup")) or any(
+                isinstance(e, groupings) for e in node.expressions
+            ):
+                shown = next((e for e in node.expressions if isinstance(e, groupings)), None)
+                construct = f"`{excerpt(shown)}`" if shown is not None else "`GROUPING SETS / CUBE / ROLLUP`"
+                raise UnsupportedQuery(
+                    model, construct, "one stream table per grouping, or refresh_mode='full'"
+                )
+        if isinstance(node, exp.Query):
+            for clause, construct in (("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
+                if node.args.get(clause):
+                    raise UnsupportedQuery(model, f"`{construct}`", "filter in a downstream model")
+            distinct = node.args.get("distinct")
+            if isinstance(distinct, exp.Distinct) and distinct.args.get("on"):
+                raise UnsupportedQuery(model, "`DISTINCT ON`", "use GROUP BY")
 
 
 def excerpt(node: exp.Expr, limit: int = 80) -> str:
@@ -262,36 +297,208 @@ def _subquery_form(node: exp.Expr) -> str:
     return f"scalar subquery `{excerpt(node)}`"
 
 
-def _scan_of(node: exp.Expr, tables: dict[str, TableInfo], position: int, model: str) -> Scan:
-    if not isinstance(node, exp.Table):
-        raise UnsupportedQuery(model, f"FROM item `{node.sql('postgres')[:60]}`", "select from tables")
-    if node.args.get("only"):
-        # A scan reads the table with its inheritance children, as the delta rules do.
-        raise UnsupportedQuery(model, f"`FROM ONLY {node.name}`", "drop ONLY, or use refresh_mode='full'")
-    info = tables[qualified_name(node.db, node.name)]
-    return Scan(position=position, alias=node.alias_or_name, table=info)
+class _Planner:
+    """Maps a qualified query onto operators, scope by scope (each SELECT, subquery and branch)."""
+
+    def __init__(self, tables: dict[str, TableInfo], model: str) -> None:
+        self.tables, self.model = tables, model
+        self.positions = itertools.count()
+        self.aliases = itertools.count(1)
+
+    def refuse(self, construct: str, fix: str = "use refresh_mode='full'") -> NoReturn:
+        raise UnsupportedQuery(self.model, construct, fix)
+
+    def query(self, node: exp.Expr, names: tuple[str, ...] | None = None) -> Plan:
+        while isinstance(node, exp.Subquery) and not node.alias:
+            node = node.this
+        if isinstance(node, exp.SetOperation):
+            return self.set_operation(node, names)
+        if not isinstance(node, exp.Select):
+            self.refuse(f"`{excerpt(node)}`", "write a SELECT")
+        return self.select(node, names)
+
+    def set_operation(self, node: exp.SetOperation, names: tuple[str, ...] | None) -> Plan:
+        if node.args.get("order") or node.args.get("limit"):
+            self.refuse(f"ORDER BY / LIMIT on `{excerpt(node)}`", "drop it, or filter in a downstream model")
+        distinct = bool(node.args.get("distinct", True))
+        if isinstance(node, exp.Union) and not distinct:
+            branches = _union_all_branches(node)
+            inputs = tuple(self.query(b) for b in branches)
+            return UnionAll(inputs, names or inputs[0].names)
+        left, right = self.query(node.this), self.query(node.expression)
+        kind: SetKind = "union" if isinstance(node, exp.Union) else "intersect"
+        if isinstance(node, exp.Except):
+            kind = "except"
+        return SetOp(kind, not distinct, left, right, names or left.names)
+
+    def select(self, node: exp.Select, names: tuple[str, ...] | None) -> Plan:
+        relation = self.block(node, set())
+        selects = node.selects
+        outputs = tuple(
+            Output(name, _unalias(s))
+            for name, s in zip(names or tuple(s.alias_or_name for s in selects), selects, strict=True)
+        )
+        if _is_aggregate(node):
+            return _aggregate(node, relation, outputs, self.model)
+        for output in outputs:
+            if output.expression.find(exp.Subquery):
+                self.refuse(_subquery_form(next(output.expression.find_all(exp.Subquery))))
+        return Project(relation, outputs)
+
+    def block(self, node: exp.Select, outer: set[str]) -> Relation:
+        """FROM, joins and WHERE of one SELECT; EXISTS / IN conjuncts become semi- and anti-joins,
+        other subqueries are decorrelated into joins (sqlglot's unnest_subqueries)."""
+        where = node.args.get("where")
+        existence: list[tuple[JoinKind, exp.Expr]] = []
+        if where is not None:
+            kept = []
+            for conjunct in where.this.flatten() if isinstance(where.this, exp.And) else [where.this]:
+                found = _existence_form(conjunct)
+                if found is None:
+                    kept.append(conjunct)
+                else:
+                    existence.append((found, conjunct))
+            node.set("where", exp.Where(this=_and(kept)) if kept else None)
+        if any(
+            isinstance(n, exp.Subquery) and not isinstance(n.parent, exp.From | exp.Join) for n in node.walk()
+        ):
+            unnest_subqueries(node)
+        from_ = node.args.get("from_") or node.args.get("from")
+        if from_ is None:
+            self.refuse("SELECT without FROM", "select from a table")
+        relation: Relation = self.item(from_.this)
+        for join in node.args.get("joins") or []:
+            relation = self.join(relation, join)
+        where = node.args.get("where")
+        if where is not None and not (isinstance(where.this, exp.Boolean) and where.this.this):
+            if where.this.find(exp.Subquery, exp.Exists):
+                self.refuse(_subquery_form(where.this.find(exp.Subquery, exp.Exists)))
+            relation = Filter(relation, where.this)
+        own = outer | {i.alias for i in all_items(relation)}
+        for kind, conjunct in existence:
+            relation = self.existence(relation, kind, conjunct, own)
+        return relation
+
+    def item(self, node: exp.Expr) -> Item:
+        if isinstance(node, exp.Table):
+            if not isinstance(node.this, exp.Identifier):
+                self.refuse(f"table function `{excerpt(node)}`", "select from a table")
+            if node.args.get("only"):
+                # A scan reads the table with its inheritance children, as the delta rules do.
+                self.refuse(f"`FROM ONLY {node.name}`", "drop ONLY, or use refresh_mode='full'")
+            info = self.tables[qualified_name(node.db, node.name)]
+            return Scan(next(self.positions), node.alias_or_name, info)
+        if isinstance(node, exp.Subquery) and node.alias:
+            return Derived(next(self.positions), node.alias, self.query(node.this))
+        if isinstance(node, exp.Subquery | exp.Table):
+            self.refuse(
+                f"parenthesized join `{excerpt(node)}` beside an outer join", "write the joins in sequence"
+            )
+        self.refuse(f"FROM item `{excerpt(node)}`", "select from tables or subqueries")
+
+    def join(self, left: Relation, join: exp.Join) -> Relation:
+        side, kind = (join.side or "").upper(), (join.kind or "").upper()
+        if join.args.get("using"):
+            self.refuse("`JOIN ... USING`", "write JOIN ... ON")
+        right = self.item(join.this)
+        condition = join.args.get("on")
+        if kind in ("SEMI", "ANTI"):
+            return Join("semi" if kind == "SEMI" else "anti", left, right, condition)
+        if side in ("LEFT", "RIGHT", "FULL"):
+            return Join(side.lower(), left, right, condition)  # type: ignore[arg-type]
+        if kind not in ("", "INNER", "CROSS", "OUTER"):
+            self.refuse(f"`{kind} JOIN`", "use an inner or outer join")
+        return Join("inner", left, right, condition)
+
+    def existence(self, left: Relation, kind: JoinKind, conjunct: exp.Expr, outer: set[str]) -> Relation:
+        """`left` semi- or anti-joined with an EXISTS / IN subquery's rows."""
+        inner = conjunct.this if isinstance(conjunct, exp.Not) else conjunct
+        if isinstance(inner, exp.Paren):
+            inner = inner.this
+        subquery = inner.this if isinstance(inner, exp.Exists) else inner.args["query"].this
+        while isinstance(subquery, exp.Subquery):
+            subquery = subquery.this
+        if not isinstance(subquery, exp.Select):
+            self.refuse(_subquery_form(conjunct), "join instead, or use refresh_mode='full'")
+        self.separate_aliases(subquery, outer)
+        condition: exp.Expr | None = None
+        if _is_plain(subquery):
+            right: Relation = self.block(subquery, outer)
+            value = subquery.selects[0] if isinstance(inner, exp.In) else None
+        else:
+            if _correlated(subquery):
+                self.refuse(_subquery_form(conjunct) + " (correlated, with aggregates)")
+            alias = f"__ivm_s{next(self.aliases)}"
+            derived = Derived(next(self.positions), alias, self.query(subquery))
+            right = derived
+            value = (
+                exp.column(derived.plan.names[0], alias, quoted=True) if isinstance(inner, exp.In) else None
+            )
+        if isinstance(inner, exp.In):
+            assert value is not None
+            if len(subquery.selects) != 1 or isinstance(inner.this, exp.Tuple):
+                self.refuse(_subquery_form(conjunct) + " over several columns", "use EXISTS")
+            probe, found = inner.this.copy(), _unalias(value).copy()
+            condition = exp.EQ(this=probe, expression=found)
+            if kind == "anti":
+                # x NOT IN (…) holds when no value equals x or might (NULL on either side).
+                condition = exp.or_(condition, exp.Is(this=probe.copy(), expression=exp.Null()))
+                condition = exp.or_(condition, exp.Is(this=found.copy(), expression=exp.Null()))
+        return Join(kind, left, right, condition)
+
+    def separate_aliases(self, subquery: exp.Select, outer: set[str]) -> None:
+        """Rename a subquery's own aliases that an enclosing scope also declares: the conditions
+        added for IN must reach the outer one, and shadowing would hide it."""
+        for source in list(subquery.find_all(exp.Table, exp.Subquery)):
+            alias = source.alias_or_name if isinstance(source, exp.Table) else source.alias
+            if not alias or alias not in outer or source.find_ancestor(exp.Select) is not subquery:
+                continue
+            fresh = f"{alias}__ivm_{next(self.aliases)}"
+            source.set("alias", exp.TableAlias(this=exp.to_identifier(fresh, quoted=True)))
+            for column in subquery.find_all(exp.Column):
+                if column.table == alias:
+                    column.set("table", exp.to_identifier(fresh, quoted=True))
 
 
-def _relation(tree: exp.Select, tables: dict[str, TableInfo], model: str) -> Relation:
-    from_ = tree.args.get("from_") or tree.args.get("from")
-    if from_ is None:
-        raise UnsupportedQuery(model, "SELECT without FROM", "select from a table")
-    scans = [_scan_of(from_.this, tables, 0, model)]
-    conditions: list[exp.Expr] = []
-    for join in tree.args.get("joins") or []:
-        scans.append(_scan_of(join.this, tables, len(scans), model))
-        if join.args.get("on"):
-            conditions.append(join.args["on"])
-    where = tree.args.get("where")
-    if where is not None:
-        conditions.append(where.this)
-    join_node = Join(tuple(scans))
-    if not conditions:
-        return join_node
-    predicate = conditions[0]
-    for extra in conditions[1:]:
-        predicate = exp.and_(predicate, extra)
-    return Filter(join_node, predicate)
+def _union_all_branches(node: exp.Expr) -> list[exp.Expr]:
+    while isinstance(node, exp.Subquery) and not node.alias:
+        node = node.this
+    if isinstance(node, exp.Union) and not node.args.get("distinct", True) and not node.args.get("order"):
+        return _union_all_branches(node.this) + _union_all_branches(node.expression)
+    return [node]
+
+
+def _existence_form(conjunct: exp.Expr) -> JoinKind | None:
+    """semi for EXISTS / IN (subquery), anti for their negations, None for anything else."""
+    negated = isinstance(conjunct, exp.Not)
+    inner = conjunct.this if negated else conjunct
+    if isinstance(inner, exp.Paren):
+        inner = inner.this
+    if isinstance(inner, exp.Exists) or (isinstance(inner, exp.In) and inner.args.get("query") is not None):
+        return "anti" if negated else "semi"
+    return None
+
+
+def _is_plain(select: exp.Select) -> bool:
+    """A subquery whose rows are its FROM/WHERE as they are: no grouping, aggregates, DISTINCT,
+    set operations or limits (for EXISTS and IN, DISTINCT changes nothing)."""
+    if select.args.get("group") or select.args.get("having") or select.args.get("limit"):
+        return False
+    return not any(s.find(exp.AggFunc) for s in select.selects)
+
+
+def _correlated(select: exp.Select) -> bool:
+    declared = {t.alias_or_name for t in select.find_all(exp.Table)} | {
+        s.alias for s in select.find_all(exp.Subquery) if s.alias
+    }
+    return any(c.table and c.table not in declared for c in select.find_all(exp.Column))
+
+
+def _and(conditions: list[exp.Expr]) -> exp.Expr:
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = exp.and_(result, condition, copy=False)
+    return result
 
 
 def _is_aggregate(tree: exp.Select) -> bool:

@@ -1,12 +1,17 @@
-"""Logical plan operators.
+"""Logical plan operators: a recursive tree in which any operator can take any operator as input.
 
-A defining query becomes ``Project(Filter(Join(Scan, Scan, ...)))`` or, with GROUP BY / aggregates /
-DISTINCT, ``Aggregate(Filter(Join(...)))``. Expressions stay sqlglot trees whose columns are
-qualified by the scan aliases, so every operator can be re-rendered over deltas unchanged.
+A query is a `Plan`: a projection or an aggregate over a `Relation` (the FROM/WHERE part), or a
+set operation over plans. A relation is a tree of joins over items, each item a base table (`Scan`)
+or a subquery in FROM (`Derived`, itself a plan). Expressions stay sqlglot trees whose columns are
+qualified by item aliases, so every operator can be re-rendered over deltas unchanged.
+
+    SELECT c.name, o.amount FROM orders o LEFT JOIN customers c ON o.customer_id = c.id
+    ->  Project(Join("left", Scan(o), Scan(c), o.customer_id = c.id), [c.name, o.amount])
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -15,6 +20,8 @@ from sqlglot import exp
 from dbt_ivm.catalog import TableInfo
 
 AggFunc = Literal["count_star", "count", "sum", "avg"]
+JoinKind = Literal["inner", "left", "right", "full", "semi", "anti"]
+SetKind = Literal["union", "intersect", "except"]
 
 
 @dataclass(frozen=True)
@@ -27,19 +34,38 @@ class Scan:
 
 
 @dataclass(frozen=True)
-class Join:
-    """An n-way inner join. Its join conditions live in the Filter above it."""
+class Derived:
+    """A subquery or CTE read in FROM under `alias`; its columns are the plan's output names."""
 
-    inputs: tuple[Scan, ...]
+    position: int
+    alias: str
+    plan: Plan
+
+
+Item = Scan | Derived
+
+
+@dataclass(frozen=True)
+class Join:
+    """`left` joined with `right` on `condition` (None: a cross join).
+
+    semi / anti keep the rows of `left` that have (semi) or lack (anti) a partner in `right`: EXISTS,
+    IN, NOT EXISTS and NOT IN subqueries. For them `right` is the subquery's FROM/WHERE, in its own
+    scope, and `condition` may refer to both sides."""
+
+    kind: JoinKind
+    left: Relation
+    right: Relation
+    condition: exp.Expr | None
 
 
 @dataclass(frozen=True)
 class Filter:
-    input: Join
+    input: Relation
     predicate: exp.Expr
 
 
-Relation = Join | Filter
+Relation = Scan | Derived | Join | Filter
 
 
 @dataclass(frozen=True)
@@ -47,13 +73,17 @@ class Output:
     """One column of the query result."""
 
     name: str
-    expression: exp.Expr  # over scan columns (Project) or group keys and aggregates (Aggregate)
+    expression: exp.Expr  # over item columns (Project) or group keys and aggregates (Aggregate)
 
 
 @dataclass(frozen=True)
 class Project:
     input: Relation
     outputs: tuple[Output, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.outputs)
 
 
 @dataclass(frozen=True)
@@ -80,14 +110,75 @@ class Aggregate:
     outputs: tuple[Output, ...]  # templated with placeholders
     original_outputs: tuple[Output, ...]  # as written, for recomputing from scratch
 
-
-Plan = Project | Aggregate
-
-
-def scans_of(relation: Relation) -> tuple[Scan, ...]:
-    join = relation.input if isinstance(relation, Filter) else relation
-    return join.inputs
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.outputs)
 
 
-def predicate_of(relation: Relation) -> exp.Expr | None:
-    return relation.predicate if isinstance(relation, Filter) else None
+@dataclass(frozen=True)
+class UnionAll:
+    """The rows of every input, by position; columns named as `names`."""
+
+    inputs: tuple[Plan, ...]
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SetOp:
+    """UNION / INTERSECT / EXCEPT, distinct or ALL, of two inputs (by position)."""
+
+    kind: SetKind
+    all: bool
+    left: Plan
+    right: Plan
+    names: tuple[str, ...]
+
+
+Plan = Project | Aggregate | UnionAll | SetOp
+
+
+def items_of(relation: Relation) -> tuple[Item, ...]:
+    """The items whose columns a relation's rows carry (a semi/anti join's right side carries none)."""
+    if isinstance(relation, Scan | Derived):
+        return (relation,)
+    if isinstance(relation, Filter):
+        return items_of(relation.input)
+    if relation.kind in ("semi", "anti"):
+        return items_of(relation.left)
+    return items_of(relation.left) + items_of(relation.right)
+
+
+def all_items(relation: Relation) -> Iterator[Item]:
+    """Every item a relation reads, subquery sides included (not looking into derived plans)."""
+    if isinstance(relation, Scan | Derived):
+        yield relation
+    elif isinstance(relation, Filter):
+        yield from all_items(relation.input)
+    else:
+        yield from all_items(relation.left)
+        yield from all_items(relation.right)
+
+
+def scans_in(node: Plan | Relation) -> Iterator[Scan]:
+    """Every base-table scan anywhere under `node`, derived plans and subqueries included."""
+    if isinstance(node, Scan):
+        yield node
+    elif isinstance(node, Derived):
+        yield from scans_in(node.plan)
+    elif isinstance(node, Filter):
+        yield from scans_in(node.input)
+    elif isinstance(node, Join):
+        yield from scans_in(node.left)
+        yield from scans_in(node.right)
+    elif isinstance(node, Project | Aggregate):
+        yield from scans_in(node.input)
+    elif isinstance(node, UnionAll):
+        for child in node.inputs:
+            yield from scans_in(child)
+    else:
+        yield from scans_in(node.left)
+        yield from scans_in(node.right)
+
+
+def plan_names(plan: Plan) -> tuple[str, ...]:
+    return plan.names

@@ -19,15 +19,19 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
 
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
-from dbt_ivm.contents import call_probe_sql, contents_sql
-from dbt_ivm.delta import Bindings, row_delta
+from dbt_ivm.delta import stream
+from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.compact import compacted_sql, row_image_sql
+from dbt_ivm.delta.terms import Bindings, Context
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
 from dbt_ivm.layout import Layout, layout_of
 from dbt_ivm.plan import build_plan
-from dbt_ivm.plan.nodes import Aggregate, Plan, scans_of
+from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in
 from dbt_ivm.postgres import apply as pg_apply
 from dbt_ivm.postgres import capture, registrations, registry, user_triggers
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
@@ -56,7 +60,7 @@ class Compiled:
     layout: Layout | None
     sources: list[TableInfo]
     unsupported: UnsupportedQuery | None
-    call_types: dict[int, str]
+    call_types: dict[int, dict[int, str]]  # by id() of the Aggregate node, then call index
     output_types: list[tuple[str, str]]
     views_digest: str = ""  # the views the planner expanded (dbt_ivm.catalog.views_digest)
     # False when a key column's type has no hash function: rows are matched on the key alone.
@@ -103,13 +107,14 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
     catalog = PostgresCatalog(db)
     try:
         plan = build_plan(sql, catalog, spec.model, [n for n, _ in output_types])
-        sources = list({s.table.qualified: s.table for s in scans_of(plan.input)}.values())
+        sources = list({s.table.qualified: s.table for s in scans_in(plan)}.values())
         layout = layout_of(plan)
         # Every column's type (hidden ones too), and the aggregate calls' result types.
-        bindings = _current_bindings(sources)
-        probe = call_probe_sql(plan, bindings) if isinstance(plan, Aggregate) else None
-        described = describe_many(db, [contents_sql(plan, layout, bindings), *([probe] if probe else [])])
-        call_types = _call_types(spec, plan, described[1] if probe else [])
+        ctx = Context(_current_bindings(sources))
+        probes = stream.call_probes(plan, ctx)
+        contents = stream.contents(plan, layout, ctx).sql("postgres")
+        described = describe_many(db, [contents, *(p.sql("postgres") for _, p in probes)])
+        call_types = _call_types(spec, probes, described[1:])
     except UnsupportedQuery as unsupported:
         if spec.refresh_mode == "differential":
             raise
@@ -163,21 +168,33 @@ def shape_change(registered: str, current: str) -> str | None:
     return "the row key of the stream table changed (a source's primary key or a key's hashability)"
 
 
-def _call_types(spec: StreamTableSpec, plan: Plan, probed: list[tuple[str, str]]) -> dict[int, str]:
-    """The aggregate calls' result types, as `probed` (to finalize AVG exactly); refuses inexact
-    running sums."""
-    call_types: dict[int, str] = {}
-    if not isinstance(plan, Aggregate):
-        return call_types
-    for (_, type_), call in zip(probed, plan.calls, strict=True):
-        call_types[call.index] = type_
-        if call.func in ("sum", "avg") and type_ in INEXACT_TYPES:
-            raise UnsupportedQuery(
-                spec.model,
-                f"aggregate `{call.original.sql('postgres')}` over {type_}",
-                "cast the argument to numeric, or use refresh_mode='full'",
-            )
+def _call_types(
+    spec: StreamTableSpec, probes: list[tuple[Aggregate, Any]], described: list[list[tuple[str, str]]]
+) -> dict[int, dict[int, str]]:
+    """Every aggregate call's result type (to finalize AVG exactly); refuses inexact running sums."""
+    call_types: dict[int, dict[int, str]] = {}
+    for (aggregate, _), probed in zip(probes, described, strict=True):
+        types = call_types.setdefault(id(aggregate), {})
+        for (_, type_), call in zip(probed, aggregate.calls, strict=True):
+            types[call.index] = type_
+            if type_ in REGISTRY[call.func].inexact_types or (
+                type_ in INEXACT_TYPES and call.func != "count"
+            ):
+                raise UnsupportedQuery(
+                    spec.model,
+                    f"aggregate `{call.original.sql('postgres')}` over {type_}",
+                    "cast the argument to numeric, or use refresh_mode='full'",
+                )
     return call_types
+
+
+def context(compiled: Compiled, bindings: Bindings, dialect: str = "postgres") -> Context:
+    """A rendering context with the compiled aggregate result types."""
+    types = {
+        node: {index: exp.DataType.build(t, dialect=dialect) for index, t in calls.items()}
+        for node, calls in compiled.call_types.items()
+    }
+    return Context(bindings, call_types=types)
 
 
 def _current_bindings(sources: list[TableInfo]) -> Bindings:
@@ -443,9 +460,10 @@ def _differential(
         db.execute(f"ANALYZE {temp}")
         bindings.delta[source.qualified] = f"pg_temp.{temp}"
     relation = _relation(spec)
-    delta = row_delta(
-        compiled.plan, compiled.layout, bindings, relation, compiled.hashed, compiled.call_types
+    query = stream.row_delta(
+        compiled.plan, compiled.layout, context(compiled, bindings), relation, compiled.hashed
     )
+    delta = None if query is None else query.sql("postgres")
     result = RefreshResult(action="DIFFERENTIAL")
     # A delta touches few rows of the stream table, whose pages are mostly cached: the default
     # random_page_cost makes the planner scan it whole instead of probing the key-hash index.
@@ -469,9 +487,8 @@ def _full(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str, reason: s
 def _contents(compiled: Compiled, sql: str) -> tuple[Layout, str]:
     """The table's layout and its contents from scratch (plain query when not maintainable)."""
     if compiled.plan is not None and compiled.layout is not None:
-        return compiled.layout, contents_sql(
-            compiled.plan, compiled.layout, _current_bindings(compiled.sources)
-        )
+        ctx = context(compiled, _current_bindings(compiled.sources))
+        return compiled.layout, stream.contents(compiled.plan, compiled.layout, ctx).sql("postgres")
     layout = pg_apply.plain_layout([name for name, _ in compiled.output_types])
     return layout, f"SELECT * FROM ({sql}) AS {q('__ivm_query')}"
 

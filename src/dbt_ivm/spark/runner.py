@@ -33,13 +33,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from sqlglot import exp
+
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
-from dbt_ivm.contents import call_probe_sql, contents_sql
-from dbt_ivm.delta import Bindings, row_delta
+from dbt_ivm.delta import stream
+from dbt_ivm.delta.terms import Bindings, Context
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
 from dbt_ivm.layout import DUP, HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
-from dbt_ivm.plan.nodes import Aggregate, Plan, scans_of
+from dbt_ivm.plan.nodes import Plan, scans_in
 from dbt_ivm.reserved import renamed_select, source_relation_sql
 from dbt_ivm.spark import apply as spark_apply
 from dbt_ivm.spark import registry, source_changes
@@ -63,7 +65,7 @@ class Compiled:
     layout: Layout | None
     sources: list[SparkTable]  # every table the plan reads (empty when plan is None)
     unsupported: UnsupportedQuery | None
-    call_types: dict[int, str]
+    call_types: dict[int, dict[int, str]]  # by id() of the Aggregate node, then call index
     output_names: list[str]
     views_digest: str = ""  # the bodies of the views the query reads (see `views_digest`)
 
@@ -126,16 +128,18 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
             raise
         return Compiled(None, None, [], unsupported, {}, output_names, _views_digest(catalog))
     layout = layout_of(plan)
-    names = {s.table.qualified for s in scans_of(plan.input)}
+    names = {s.table.qualified for s in scans_in(plan)}
     sources = [catalog.tables[n] for n in sorted(names)]
-    call_types: dict[int, str] = {}
-    if isinstance(plan, Aggregate):
-        current = Bindings(current={s.info.qualified: source_relation_sql(s.info) for s in sources})
-        probe = call_probe_sql(plan, current)
-        if probe is not None:
-            fields = spark.sql(render(probe, "spark")).schema.fields
-            for field, call in zip(fields, plan.calls, strict=True):
-                call_types[call.index] = field.dataType.simpleString()
+    call_types: dict[int, dict[int, str]] = {}
+    current = Bindings(
+        current={s.info.qualified: render(source_relation_sql(s.info), "spark") for s in sources},
+        dialect="spark",
+    )
+    for aggregate, probe in stream.call_probes(plan, Context(current)):
+        fields = spark.sql(probe.sql("spark")).schema.fields
+        types = call_types.setdefault(id(aggregate), {})
+        for field, call in zip(fields, aggregate.calls, strict=True):
+            types[call.index] = field.dataType.simpleString()
     return Compiled(plan, layout, sources, None, call_types, output_names, _views_digest(catalog))
 
 
@@ -239,20 +243,32 @@ def _current_bindings(views: TempViews, sources: list[SparkTable], ends: dict[st
         relation = _source_relation(source.info)
         end = ends.get(source.info.qualified, NO_SNAPSHOT)
         if end == NO_SNAPSHOT:
-            current[source.info.qualified] = source_relation_sql(source.info)
+            current[source.info.qualified] = render(source_relation_sql(source.info), "spark")
             continue
         # Columns under the engine's internal names (reserved.py); render() spells them for Spark.
         selected = render(f"SELECT {renamed_select(source.info)}", "spark")
         view = views.view(f"cur{index}", f"{selected} FROM {relation} VERSION AS OF {end}")
-        current[source.info.qualified] = q(view)
+        current[source.info.qualified] = bt(view)
     return current
 
 
+def _context(compiled: Compiled, bindings: Bindings) -> Context:
+    """A rendering context (Spark SQL) with the compiled aggregate result types."""
+    types = {
+        node: {index: exp.DataType.build(t, dialect="spark") for index, t in calls.items()}
+        for node, calls in compiled.call_types.items()
+    }
+    return Context(bindings, call_types=types)
+
+
 def _contents(views: TempViews, compiled: Compiled, sql: str, ends: dict[str, int]) -> tuple[Layout, str]:
-    """The table's layout and its contents from scratch (PostgreSQL spelling), as of `ends`."""
+    """The table's layout and its contents from scratch, as of `ends`: a query in PostgreSQL spelling
+    over a view of the contents rendered in Spark SQL (user expressions never pass a transpiler)."""
     if compiled.plan is not None and compiled.layout is not None:
-        bindings = Bindings(current=_current_bindings(views, compiled.sources, ends))
-        return compiled.layout, contents_sql(compiled.plan, compiled.layout, bindings)
+        bindings = Bindings(current=_current_bindings(views, compiled.sources, ends), dialect="spark")
+        query = stream.contents(compiled.plan, compiled.layout, _context(compiled, bindings))
+        view = views.view("contents", query.sql("spark"))
+        return compiled.layout, f"SELECT * FROM {q(view)}"
     # Not maintainable: the user's Spark SQL as a view, so the PostgreSQL-spelled wrapper can name it.
     view = views.view("query", sql)
     return spark_apply.plain_layout(compiled.output_names), f"SELECT * FROM {q(view)}"
@@ -350,14 +366,15 @@ def _refresh(
     delta: str | None = None
     if reason is None:
         assert compiled.plan is not None and compiled.layout is not None and frontier is not None
-        bindings = Bindings(current=_current_bindings(views, compiled.sources, ends))
+        bindings = Bindings(current=_current_bindings(views, compiled.sources, ends), dialect="spark")
         batch = source_changes.bind(spark, views, spec, frontier, ends, changed, bindings)
         reason, changes = batch.full_reason, batch.changes_read
         slow_paths = "; ".join(batch.slow_paths) or None
         if reason is None:
-            delta = row_delta(
-                compiled.plan, compiled.layout, bindings, _relation(spec), False, compiled.call_types
+            query = stream.row_delta(
+                compiled.plan, compiled.layout, _context(compiled, bindings), _spark_relation(spec), False
             )
+            delta = None if query is None else f"SELECT * FROM {q(views.view('delta', query.sql('spark')))}"
     relation = _relation(spec)
     if reason is None:
         assert compiled.layout is not None

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dbt_ivm.delta import Bindings
 from dbt_ivm.delta.compact import compacted_sql
+from dbt_ivm.delta.terms import Bindings
 from dbt_ivm.reserved import internal_columns, renamed_select
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable
@@ -78,7 +78,7 @@ def bind(
         delta_view = views.pinned(f"delta{index}", render(compacted, "spark"))
         count = int(spark.sql(f"SELECT COUNT(*) FROM {bt(delta_view)}").collect()[0][0])
         total += count
-        bindings.delta[name] = q(delta_view)
+        bindings.delta[name] = bt(delta_view)
         if size > 0 and count > spec.full_refresh_threshold * size:
             return Batch(
                 f"{count} changes to {name} exceed full_refresh_threshold="

@@ -1,0 +1,165 @@
+"""A plan's contents (its rows after the batch) and its delta (its change over the batch, rows with
+``__ivm_weight``), as sqlglot queries whose columns are the plan's output names. This is what a
+subquery in FROM is read as: a derived item's current rows or its change set.
+
+* Project: the relation's terms, each projected (`relation`).
+* Aggregate: a subquery has no stored state, so its delta recomputes the groups a batch touches:
+  their state now, over the current rows of those groups only, and their state before, now minus the
+  batch's own contribution (the `weighted` forms of `aggregates/`). −old and +new rows per group.
+* UnionAll: the union of the inputs' deltas.
+* SetOp: per row value touched by the batch, its multiplicity in each input now and before (now
+  minus the batch), and the operation's output multiplicity from those (`setop.py`).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dbt_ivm.delta import grouping, relation
+from dbt_ivm.delta.aggregates import REGISTRY
+from dbt_ivm.delta.setop import delta_setop, setop_contents
+from dbt_ivm.delta.terms import Context, Mode, aliased, term_select, union_all
+from dbt_ivm.plan.nodes import Aggregate, Derived, Plan, Project, SetOp, UnionAll
+from dbt_ivm.sqltext import WEIGHT
+
+INPUT, AFFECTED, NOW, CHANGED, BEFORE = "__ivm_in", "__ivm_affected", "__ivm_now", "__ivm_chg", "__ivm_before"
+
+
+def context(ctx: Context) -> Context:
+    """`ctx` able to render derived items through this module."""
+    ctx.render_derived = _render_derived
+    return ctx
+
+
+def _render_derived(item: Derived, mode: Mode, ctx: Context) -> exp.Query:
+    if mode == "delta":
+        found = delta(item.plan, ctx)
+        assert found is not None, "a changed derived item has a delta"
+        return found
+    return contents(item.plan, ctx)
+
+
+def renamed(
+    query: exp.Query, names: tuple[str, ...], to: tuple[str, ...], weighted: bool = False
+) -> exp.Query:
+    """`query`'s columns `names` (by position) as `to`, plus the weight when `weighted`."""
+    alias = "__ivm_branch"
+    columns = [
+        exp.alias_(exp.column(n, alias, quoted=True), t, quoted=True) for n, t in zip(names, to, strict=True)
+    ]
+    if weighted:
+        columns.append(exp.column(WEIGHT, alias, quoted=True))
+    return exp.select(*columns).from_(aliased(query, alias))
+
+
+def contents(plan: Plan, ctx: Context) -> exp.Query:
+    context(ctx)
+    if isinstance(plan, Project):
+        outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in plan.outputs]
+        return union_all(
+            [term_select(t, outputs, ctx, weighted=False) for t in relation.after(plan.input, ctx)]
+        )
+    if isinstance(plan, Aggregate):
+        rows = grouping.input_rows(plan, "after", ctx)
+        assert rows is not None
+        query = exp.select(*grouping.from_scratch_outputs(plan, INPUT)).from_(aliased(rows, INPUT))
+        if plan.group_by:
+            query = query.group_by(*grouping.group_columns(plan, INPUT))
+        return query
+    if isinstance(plan, UnionAll):
+        return union_all([renamed(contents(p, ctx), p.names, plan.names) for p in plan.inputs])
+    return setop_contents(plan, contents(plan.left, ctx), contents(plan.right, ctx))
+
+
+def delta(plan: Plan, ctx: Context) -> exp.Query | None:
+    """The plan's change over the batch (None: no input changed)."""
+    context(ctx)
+    if isinstance(plan, Project):
+        outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in plan.outputs]
+        terms = relation.delta(plan.input, ctx)
+        return union_all([term_select(t, outputs, ctx) for t in terms]) if terms else None
+    if isinstance(plan, Aggregate):
+        return _delta_aggregate(plan, ctx)
+    if isinstance(plan, UnionAll):
+        parts = [(p, delta(p, ctx)) for p in plan.inputs]
+        changed = [renamed(d, p.names, plan.names, weighted=True) for p, d in parts if d is not None]
+        return union_all(changed) if changed else None
+    assert isinstance(plan, SetOp)
+    left, right = delta(plan.left, ctx), delta(plan.right, ctx)
+    if left is None and right is None:
+        return None
+    return delta_setop(plan, left, right, contents(plan.left, ctx), contents(plan.right, ctx))
+
+
+def _delta_aggregate(plan: Aggregate, ctx: Context) -> exp.Query | None:
+    changes = grouping.input_rows(plan, "delta", ctx)
+    if changes is None:
+        return None
+    keys = [grouping.group_columns(plan)[i].name for i in range(len(plan.group_by))]
+    restrict = None
+    if keys:
+        # Only the touched groups' current rows: a semi-join with the changed keys.
+        key_exprs = [k.copy() for k in plan.group_by]
+        match = [
+            exp.NullSafeEQ(this=exp.column(k, AFFECTED, quoted=True), expression=e)
+            for k, e in zip(keys, key_exprs, strict=True)
+        ]
+        condition: exp.Expr = match[0]
+        for part in match[1:]:
+            condition = exp.and_(condition, part, copy=False)
+        affected = exp.select(*[exp.column(k, CHANGED, quoted=True) for k in keys]).from_(
+            aliased(changes.copy(), CHANGED)
+        )
+        restrict = exp.Exists(this=exp.select("1").from_(aliased(affected, AFFECTED)).where(condition))
+    now_rows = grouping.input_rows(plan, "after", ctx, restrict)
+    assert now_rows is not None
+    one = exp.Literal.number(1)
+    now = exp.select(*grouping.group_columns(plan, NOW), *grouping.weighted_states(plan, one, NOW)).from_(
+        aliased(now_rows, NOW)
+    )
+    undo = exp.Neg(this=exp.column(WEIGHT, CHANGED, quoted=True))
+    before_change = exp.select(
+        *grouping.group_columns(plan, CHANGED), *grouping.weighted_states(plan, undo, CHANGED)
+    ).from_(aliased(changes, CHANGED))
+    if keys:
+        now = now.group_by(*grouping.group_columns(plan, NOW))
+        before_change = before_change.group_by(*grouping.group_columns(plan, CHANGED))
+    types = ctx.call_types.get(id(plan), {})
+    # Before = now + (−batch), for every touched group (a group may have no rows now).
+    merged: list[exp.Expr] = [exp.column(k, CHANGED, quoted=True) for k in keys]
+    merged.append(exp.alias_(_plus(grouping.COUNT), grouping.COUNT, quoted=True))
+    for call in plan.calls:
+        names = grouping.state_names(call)
+        olds: list[exp.Expr] = [exp.column(n, NOW, quoted=True) for n in names]
+        deltas: list[exp.Expr] = [exp.column(n, CHANGED, quoted=True) for n in names]
+        for name, value in zip(names, REGISTRY[call.func].merge(olds, deltas), strict=True):
+            merged.append(exp.alias_(value, name, quoted=True))
+    before = (
+        exp.select(*merged)
+        .from_(aliased(before_change, CHANGED))
+        .join(aliased(now.copy(), NOW), on=grouping.matching(keys, CHANGED, NOW), join_type="left")
+    )
+    new_rows = exp.select(
+        *grouping.finalized_outputs(plan, NOW, types), exp.alias_(one.copy(), WEIGHT, quoted=True)
+    )
+    new_rows = new_rows.from_(aliased(now, NOW))
+    old_rows = exp.select(
+        *grouping.finalized_outputs(plan, BEFORE, types),
+        exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
+    ).from_(aliased(before, BEFORE))
+    if keys:
+        new_rows = new_rows.where(
+            exp.GT(this=exp.column(grouping.COUNT, NOW, quoted=True), expression=exp.Literal.number(0))
+        )
+        old_rows = old_rows.where(
+            exp.GT(this=exp.column(grouping.COUNT, BEFORE, quoted=True), expression=exp.Literal.number(0))
+        )
+    return union_all([old_rows, new_rows])
+
+
+def _plus(column: str) -> exp.Expr:
+    zero = exp.Literal.number(0)
+    return exp.Add(
+        this=exp.func("COALESCE", exp.column(column, NOW, quoted=True), zero),
+        expression=exp.func("COALESCE", exp.column(column, CHANGED, quoted=True), zero.copy()),
+    )

@@ -1,0 +1,28 @@
+"""Delta rule for an item (a base table, or a subquery in FROM): its change set, if it changed.
+
+    Δ(Scan orders)  =  SELECT * FROM <orders' changes> AS orders      -- weights ±1
+
+A derived item's change set is its plan's delta (`dbt_ivm.delta.plans`), read under the item's alias.
+
+>>> from dbt_ivm.catalog import TableInfo
+>>> from dbt_ivm.delta.terms import Bindings, Context
+>>> from dbt_ivm.plan.nodes import Scan
+>>> orders = Scan(0, "o", TableInfo("public", "orders", ()))
+>>> [r.mode for t in delta_item(orders, Context(Bindings({}, {"public.orders": "d"}))) for r in t.reads]
+['delta']
+>>> delta_item(orders, Context(Bindings({"public.orders": "orders"})))
+[]
+"""
+
+from __future__ import annotations
+
+from dbt_ivm.delta.terms import Context, Read, Term
+from dbt_ivm.plan.nodes import Item
+
+
+def after_item(item: Item) -> list[Term]:
+    return [Term((Read(item, "current"),))]
+
+
+def delta_item(item: Item, ctx: Context) -> list[Term]:
+    return [Term((Read(item, "delta"),))] if ctx.item_changed(item) else []

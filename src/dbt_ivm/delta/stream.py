@@ -1,0 +1,206 @@
+"""A stream table's row delta and its contents from scratch, with the bookkeeping columns its layout
+(`dbt_ivm.layout`) keeps: row keys for a keyed projection, group state for an aggregate.
+
+An aggregate stream table stores its groups' state, so its delta reads the stored state instead of
+recomputing. Following one row: ``INSERT INTO orders VALUES (7, 'alice', 49.99)`` with
+``SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY customer``:
+
+1. changes:      customer=alice, amount=49.99, weight=+1
+2. group delta:  alice: __ivm_count +1, sum +49.99, non-NULL count +1
+3. new state:    stored alice row (count 2, sum 80.00) + delta -> count 3, sum 129.99
+4. row delta:    -1 · (alice, 80.00, 2, ...)   +1 · (alice, 129.99, 3, ...)
+
+A group whose count reaches 0 gets only its −1 row (it vanishes). Without GROUP BY there is always
+exactly one row, even over an empty table. Unchanged groups produce identical −1/+1 rows that cancel
+before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sqlglot import exp
+
+from dbt_ivm.delta import grouping, plans, relation
+from dbt_ivm.delta.aggregates import REGISTRY
+from dbt_ivm.delta.terms import Context, aliased, parse_relation, term_select, union_all
+from dbt_ivm.keys import match_sql
+from dbt_ivm.layout import COUNT, Layout, key_column, keyed_scans
+from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.plan.nodes import Aggregate, Derived, Join, Plan, Project, Relation, Scan, SetOp, UnionAll
+from dbt_ivm.reserved import internal_column
+from dbt_ivm.sqltext import WEIGHT
+
+GROUP_DELTA, STORED, NEW, ROWS = "__ivm_group_delta", "__ivm_stored", "__ivm_new", "__ivm_rows"
+
+
+def _key_projections(plan: Project) -> list[exp.Expr]:
+    scans = keyed_scans(plan) or ()
+    return [
+        exp.alias_(
+            exp.column(internal_column(s.table, pk), s.alias, quoted=True),
+            key_column(s.position, i),
+            quoted=True,
+        )
+        for s in scans
+        for i, pk in enumerate(s.table.primary_key, 1)
+    ]
+
+
+def _outputs(plan: Project) -> list[exp.Expr]:
+    return [exp.alias_(o.expression, o.name, quoted=True) for o in plan.outputs]
+
+
+def contents(plan: Plan, layout: Layout, ctx: Context) -> exp.Query:
+    """SELECT of every layout column over the sources' current state."""
+    plans.context(ctx)
+    if layout.kind == "keyed":
+        assert isinstance(plan, Project)
+        columns = _outputs(plan) + _key_projections(plan)
+        return union_all(
+            [term_select(t, columns, ctx, weighted=False) for t in relation.after(plan.input, ctx)]
+        )
+    if not isinstance(plan, Aggregate):
+        return plans.contents(plan, ctx)
+    rows = grouping.input_rows(plan, "after", ctx)
+    assert rows is not None
+    values = {str(o.alias): o for o in grouping.from_scratch_outputs(plan, ROWS)}
+    for i in range(len(plan.group_by)):
+        values.setdefault(
+            group_placeholder(i),
+            exp.alias_(
+                exp.column(group_placeholder(i), ROWS, quoted=True), group_placeholder(i), quoted=True
+            ),
+        )
+    values[COUNT] = exp.alias_(exp.func("COUNT", exp.Star()), COUNT, quoted=True)
+    for call in plan.calls:
+        argument = (
+            exp.column(grouping.arg_column(call), ROWS, quoted=True) if call.argument is not None else None
+        )
+        for name, value in zip(
+            grouping.state_names(call), REGISTRY[call.func].from_scratch(argument), strict=True
+        ):
+            values[name] = exp.alias_(value, name, quoted=True)
+    query = exp.select(*[values[c] for c in layout.columns]).from_(aliased(rows, ROWS))
+    if plan.group_by:
+        query = query.group_by(*grouping.group_columns(plan, ROWS))
+    return query
+
+
+def row_delta(
+    plan: Plan, layout: Layout, ctx: Context, stream_table: str, use_hash: bool
+) -> exp.Query | None:
+    """The stream table's row delta for this batch (layout columns + weight), or None when no source
+    changed. `stream_table` is the table's name in the bindings' dialect."""
+    plans.context(ctx)
+    if layout.kind == "keyed":
+        assert isinstance(plan, Project)
+        columns = _outputs(plan) + _key_projections(plan)
+        terms = relation.delta(plan.input, ctx)
+        return union_all([term_select(t, columns, ctx) for t in terms]) if terms else None
+    if layout.kind == "multiset":
+        return plans.delta(plan, ctx)
+    assert isinstance(plan, Aggregate)
+    return _stored_aggregate_delta(plan, layout, ctx, stream_table, use_hash)
+
+
+def _stored_aggregate_delta(
+    plan: Aggregate, layout: Layout, ctx: Context, stream_table: str, use_hash: bool
+) -> exp.Query | None:
+    changes = grouping.input_rows(plan, "delta", ctx)
+    if changes is None:
+        return None
+    changes_alias = "__ivm_changes"
+    weight = exp.column(WEIGHT, changes_alias, quoted=True)
+    group_delta = exp.select(
+        *grouping.group_columns(plan, changes_alias), *grouping.weighted_states(plan, weight, changes_alias)
+    ).from_(aliased(changes, changes_alias))
+    if plan.group_by:
+        group_delta = group_delta.group_by(*grouping.group_columns(plan, changes_alias))
+    delta_keys = [f'"d"."{group_placeholder(i)}"' for i in range(len(plan.group_by))]
+    match = exp.condition(match_sql("s", layout.key, delta_keys, use_hash), dialect="postgres")
+    table = parse_relation(stream_table, ctx.bindings.dialect)
+    merged: list[exp.Expr] = [
+        exp.column(group_placeholder(i), "d", quoted=True) for i in range(len(plan.group_by))
+    ]
+    merged.append(exp.alias_(_plus(COUNT), COUNT, quoted=True))
+    for call in plan.calls:
+        names = grouping.state_names(call)
+        stored: list[exp.Expr] = [exp.column(n, "s", quoted=True) for n in names]
+        delta: list[exp.Expr] = [exp.column(n, "d", quoted=True) for n in names]
+        for name, value in zip(names, REGISTRY[call.func].merge(stored, delta), strict=True):
+            merged.append(exp.alias_(value, name, quoted=True))
+    new = (
+        exp.select(*merged)
+        .from_(aliased(group_delta.copy(), "d"))
+        .join(aliased(table.copy(), "s"), on=match.copy(), join_type="left")
+    )
+    types = ctx.call_types.get(id(plan), {})
+    values = {str(o.alias): o for o in grouping.finalized_outputs(plan, "n", types)}
+    for column in layout.hidden:
+        values.setdefault(column, exp.alias_(exp.column(column, "n", quoted=True), column, quoted=True))
+    removed = (
+        exp.select(
+            *[exp.column(c, "s", quoted=True) for c in layout.columns],
+            exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
+        )
+        .from_(aliased(table, "s"))
+        .join(aliased(group_delta, "d"), on=match, join_type="inner")
+    )
+    added = exp.select(
+        *[values[c] for c in layout.columns], exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True)
+    ).from_(aliased(new, "n"))
+    if not layout.is_global_aggregate:
+        added = added.where(
+            exp.GT(this=exp.column(COUNT, "n", quoted=True), expression=exp.Literal.number(0))
+        )
+    return union_all([removed, added])
+
+
+def _plus(column: str) -> exp.Expr:
+    zero = exp.Literal.number(0)
+    return exp.Add(
+        this=exp.func("COALESCE", exp.column(column, "s", quoted=True), zero),
+        expression=exp.func("COALESCE", exp.column(column, "d", quoted=True), zero.copy()),
+    )
+
+
+def aggregates_in(node: Plan | Relation) -> Iterator[Aggregate]:
+    """Every Aggregate in the tree (the plan itself, subqueries in FROM, set operation inputs)."""
+    if isinstance(node, Aggregate):
+        yield node
+        yield from aggregates_in(node.input)
+    elif isinstance(node, Project):
+        yield from aggregates_in(node.input)
+    elif isinstance(node, Derived):
+        yield from aggregates_in(node.plan)
+    elif isinstance(node, Join):
+        yield from aggregates_in(node.left)
+        yield from aggregates_in(node.right)
+    elif isinstance(node, UnionAll):
+        for child in node.inputs:
+            yield from aggregates_in(child)
+    elif isinstance(node, SetOp):
+        yield from aggregates_in(node.left)
+        yield from aggregates_in(node.right)
+    elif not isinstance(node, Scan):
+        yield from aggregates_in(node.input)
+
+
+def call_probes(plan: Plan, ctx: Context) -> list[tuple[Aggregate, exp.Query]]:
+    """For each aggregate with calls, a query whose columns have its calls' result types."""
+    plans.context(ctx)
+    probes: list[tuple[Aggregate, exp.Query]] = []
+    for aggregate in aggregates_in(plan):
+        if not aggregate.calls:
+            continue
+        rows = grouping.input_rows(aggregate, "after", ctx)
+        assert rows is not None
+        columns = []
+        for call in aggregate.calls:
+            original = call.original.copy()
+            if call.argument is not None:
+                original.set("this", exp.column(grouping.arg_column(call), ROWS, quoted=True))
+            columns.append(exp.alias_(original, f"c{call.index}", quoted=True))
+        probes.append((aggregate, exp.select(*columns).from_(aliased(rows, ROWS))))
+    return probes

@@ -1,0 +1,480 @@
+"""Query-shape stream tables and a random workload, written once for PostgreSQL and Spark/Iceberg.
+
+Pure Python, no database imports: the backend test modules (tests/postgres/test_shapes.py,
+tests/spark/test_shapes.py) execute what this module generates and compare every stream table with
+its defining query using their backend's multiset oracle.
+
+- `create_statements(schema, dialect)`: the five source tables. PostgreSQL gets primary keys; on
+  Spark, `orders` gets Iceberg identifier fields (its `id` is NOT NULL) and `customers` / `regions`
+  the `dbt_ivm.primary_key` table property — the two key conventions of dbt_ivm.spark.catalog, used
+  as tests/spark/test_randomized.py uses them. `returns` and `events` have no key: duplicates allowed.
+- `streams(s)`: stream table name -> defining query, in SQL both engines accept (every table
+  schema-qualified as `{s}.orders`, no `::` casts). `inner_join` is the control: a shape the engine
+  has long maintained, so a failure there means the harness, not the new feature, is broken.
+- `Workload`: seeded DML generation (plain INSERT ... VALUES / UPDATE / DELETE, valid on both), with a
+  Python model of every table so primary keys stay unique and changes hit rows that exist.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+
+DIALECTS = ("postgres", "spark")
+
+# Value domains, small and overlapping on purpose: order.customer_id, events.v and returns.order_id
+# share values (set operations and joins meet), customer ids range past the ones that exist (joins
+# find no partner), region ids past the regions that exist.
+CUSTOMER_IDS = range(1, 8)
+REGION_IDS = range(1, 5)
+NAMES = ["alice", "bob", "carol", "dave", None]
+TIERS = ["premium", "standard", None]
+REGION_NAMES = ["north", "south", "east", None]
+AMOUNTS = [None, *(Decimal(a) for a in ("5.00", "20.00", "49.99", "50.00", "75.50", "120.00"))]
+REASONS = ["damaged", "late", "wrong size", None]
+KINDS = ["a", "b", "c", None]
+EVENT_VALUES = [1, 2, 3, 4, 5, 9, None]
+
+
+def create_statements(schema: str, dialect: str) -> list[str]:
+    """CREATE TABLE (and, on Spark, key-declaring ALTER TABLE) statements for the five source tables."""
+    s = schema
+    if dialect == "postgres":
+        return [
+            f"CREATE TABLE {s}.regions (id int PRIMARY KEY, name text)",
+            f"CREATE TABLE {s}.customers (id int PRIMARY KEY, name text, tier text, region_id int)",
+            f"CREATE TABLE {s}.orders (id int PRIMARY KEY, customer_id int, amount decimal(10,2))",
+            f"CREATE TABLE {s}.returns (order_id int, reason text)",
+            f"CREATE TABLE {s}.events (kind text, v int)",
+        ]
+    if dialect == "spark":
+        iceberg = "USING iceberg TBLPROPERTIES ('format-version'='2'"
+        return [
+            f"CREATE TABLE {s}.regions (id int, name string) {iceberg}, 'dbt_ivm.primary_key'='id')",
+            f"CREATE TABLE {s}.customers (id int, name string, tier string, region_id int) "
+            f"{iceberg}, 'dbt_ivm.primary_key'='id')",
+            f"CREATE TABLE {s}.orders (id int NOT NULL, customer_id int, amount decimal(10,2)) {iceberg})",
+            f"ALTER TABLE {s}.orders SET IDENTIFIER FIELDS id",
+            f"CREATE TABLE {s}.returns (order_id int, reason string) {iceberg})",
+            f"CREATE TABLE {s}.events (kind string, v int) {iceberg})",
+        ]
+    raise ValueError(f"unknown dialect {dialect!r}; expected one of {DIALECTS}")
+
+
+def streams(s: str) -> dict[str, str]:
+    """Stream table name -> defining query over the tables of schema `s`."""
+    return {
+        # control: plain inner join, maintained long before outer joins and subqueries
+        "inner_join": (
+            f"SELECT o.id AS order_id, o.amount, c.name, c.tier "
+            f"FROM {s}.orders o JOIN {s}.customers c ON o.customer_id = c.id"
+        ),
+        # outer joins
+        "left_join": (
+            f"SELECT o.id AS order_id, o.amount, c.id AS customer_id, c.name, c.tier "
+            f"FROM {s}.orders o LEFT JOIN {s}.customers c ON o.customer_id = c.id"
+        ),
+        "right_join": (
+            f"SELECT c.id AS customer_id, c.name, o.id AS order_id, o.amount "
+            f"FROM {s}.customers c RIGHT JOIN {s}.orders o ON o.customer_id = c.id"
+        ),
+        "full_join": (
+            f"SELECT o.id AS order_id, o.customer_id AS order_customer, o.amount, c.id AS customer_id, c.name "
+            f"FROM {s}.orders o FULL OUTER JOIN {s}.customers c ON o.customer_id = c.id"
+        ),
+        "left_chain": (
+            f"SELECT o.id AS order_id, o.amount, c.name AS customer, r.id AS region_id, r.name AS region "
+            f"FROM {s}.orders o LEFT JOIN {s}.customers c ON o.customer_id = c.id "
+            f"LEFT JOIN {s}.regions r ON c.region_id = r.id"
+        ),
+        "inner_then_left": (
+            f"SELECT o.id AS order_id, c.name AS customer, c.tier, r.name AS region "
+            f"FROM {s}.orders o JOIN {s}.customers c ON o.customer_id = c.id "
+            f"LEFT JOIN {s}.regions r ON c.region_id = r.id"
+        ),
+        "left_join_filter_on_right": (
+            f"SELECT o.id AS order_id, o.amount, c.tier "
+            f"FROM {s}.orders o LEFT JOIN {s}.customers c ON o.customer_id = c.id "
+            f"WHERE c.tier IS NULL OR c.tier = 'premium'"
+        ),
+        # subqueries in WHERE: semi / anti joins, scalar subqueries
+        "exists_returns": (
+            f"SELECT o.id, o.amount FROM {s}.orders o "
+            f"WHERE EXISTS (SELECT 1 FROM {s}.returns r WHERE r.order_id = o.id)"
+        ),
+        "not_exists_returns": (
+            f"SELECT o.id, o.amount FROM {s}.orders o "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {s}.returns r WHERE r.order_id = o.id)"
+        ),
+        "in_subquery": (
+            f"SELECT o.id, o.customer_id FROM {s}.orders o "
+            f"WHERE o.customer_id IN (SELECT c.id FROM {s}.customers c WHERE c.tier = 'premium')"
+        ),
+        # customers.region_id may be NULL: then NOT IN is never true and the result is empty
+        "not_in_subquery": (
+            f"SELECT o.id, o.customer_id FROM {s}.orders o "
+            f"WHERE o.customer_id NOT IN (SELECT c.region_id FROM {s}.customers c)"
+        ),
+        "scalar_subquery_where": (
+            f"SELECT o.id, o.amount FROM {s}.orders o WHERE o.amount > (SELECT AVG(amount) FROM {s}.orders)"
+        ),
+        # a correlated aggregate: decorrelated into a LEFT JOIN of per-customer counts (0 when none)
+        "scalar_subquery_select": (
+            f"SELECT c.id, (SELECT COUNT(*) FROM {s}.orders o WHERE o.customer_id = c.id) AS n_orders, "
+            f"(SELECT SUM(o.amount) FROM {s}.orders o WHERE o.customer_id = c.id) AS total "
+            f"FROM {s}.customers c"
+        ),
+        # derived tables and CTEs
+        "derived_aggregate_join": (
+            f"SELECT c.id, c.name, t.total, t.n FROM {s}.customers c JOIN "
+            f"(SELECT customer_id, SUM(amount) AS total, COUNT(*) AS n FROM {s}.orders GROUP BY customer_id) t "
+            f"ON t.customer_id = c.id"
+        ),
+        "import_ctes": (
+            f"with orders as (select * from {s}.orders), "
+            f"customers as (select * from {s}.customers), "
+            "final as (select orders.id as order_id, orders.amount, customers.name, customers.tier "
+            "from orders join customers on orders.customer_id = customers.id) "
+            "select * from final"
+        ),
+        "cte_aggregate_of_join": (
+            f"WITH j AS (SELECT c.tier, o.amount FROM {s}.orders o JOIN {s}.customers c ON o.customer_id = c.id) "
+            "SELECT tier, SUM(amount) AS total, COUNT(*) AS n, COUNT(amount) AS n_amount FROM j GROUP BY tier"
+        ),
+        # set operations (NULLs compare equal in set operations; multiplicities matter for ALL)
+        "union_all": (
+            f"SELECT o.id, o.amount FROM {s}.orders o WHERE o.amount > 50 "
+            f"UNION ALL SELECT o.id, o.amount FROM {s}.orders o JOIN {s}.customers c "
+            f"ON o.customer_id = c.id WHERE c.tier = 'premium'"
+        ),
+        "union_distinct": (
+            f"SELECT customer_id AS k FROM {s}.orders UNION SELECT region_id FROM {s}.customers"
+        ),
+        "intersect_distinct": (
+            f"SELECT customer_id AS k FROM {s}.orders INTERSECT SELECT id FROM {s}.customers"
+        ),
+        "intersect_all": f"SELECT v AS k FROM {s}.events INTERSECT ALL SELECT customer_id FROM {s}.orders",
+        "except_distinct": f"SELECT customer_id AS k FROM {s}.orders EXCEPT SELECT id FROM {s}.customers",
+        "except_all": f"SELECT customer_id AS k FROM {s}.orders EXCEPT ALL SELECT v FROM {s}.events",
+        # keyless left side, aggregate over an outer join
+        "keyless_left_join": (
+            f"SELECT r.order_id, r.reason, o.amount, o.customer_id "
+            f"FROM {s}.returns r LEFT JOIN {s}.orders o ON r.order_id = o.id"
+        ),
+        "aggregate_over_left_join": (
+            f"SELECT c.id, c.name, COUNT(o.id) AS n_orders, SUM(o.amount) AS total "
+            f"FROM {s}.customers c LEFT JOIN {s}.orders o ON o.customer_id = c.id GROUP BY c.id, c.name"
+        ),
+    }
+
+
+def literal(value: object) -> str:
+    """A SQL literal both engines read the same way (decimals as written: exact numeric literals)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, int | Decimal):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _row(*values: object) -> str:
+    return "(" + ", ".join(literal(v) for v in values) + ")"
+
+
+@dataclass
+class Customer:
+    name: str | None
+    tier: str | None
+    region_id: int | None
+
+
+@dataclass
+class Order:
+    customer_id: int | None
+    amount: Decimal | None
+
+
+class Workload:
+    """Seeded random DML over the five tables of schema `schema`.
+
+    Every method returns the statements to run (in order) and updates the Python model of the tables,
+    so later statements know which keys exist. Nothing is executed here.
+    """
+
+    def __init__(self, schema: str, rng: random.Random) -> None:
+        self.s = schema
+        self.rng = rng
+        self.regions: dict[int, str | None] = {}
+        self.customers: dict[int, Customer] = {}
+        self.orders: dict[int, Order] = {}
+        self.returns: list[tuple[int | None, str | None]] = []
+        self.events: list[tuple[str | None, int | None]] = []
+        self.next_order = 1
+
+    # -- the starting data ------------------------------------------------------------------------
+
+    def seed(self) -> list[str]:
+        """A dozen rows per table: every region but one, customers in regions (no NULL region_id yet,
+        so NOT IN has rows), orders with NULL and dangling customer ids and NULL amounts, duplicate
+        returns and events."""
+        s, rng = self.s, self.rng
+        self.regions = {1: "north", 2: "south", 3: "east"}
+        self.customers = {
+            1: Customer("alice", "premium", 1),
+            2: Customer("bob", "standard", 2),
+            3: Customer("carol", None, 3),
+            4: Customer("dave", "premium", 4),  # region 4 does not exist
+        }
+        statements = [
+            f"INSERT INTO {s}.regions VALUES " + ", ".join(_row(k, v) for k, v in self.regions.items()),
+            f"INSERT INTO {s}.customers VALUES "
+            + ", ".join(_row(k, c.name, c.tier, c.region_id) for k, c in self.customers.items()),
+        ]
+        d = Decimal
+        fixed = [
+            (1, d("20.00")),
+            (1, d("75.50")),
+            (2, None),
+            (None, d("49.99")),
+            (6, d("120.00")),
+            (3, d("5")),
+        ]
+        extra = [(rng.choice([*CUSTOMER_IDS, None]), rng.choice(AMOUNTS)) for _ in range(4)]
+        statements.append(self._insert_orders(fixed + extra))
+        statements += self._insert_returns([(1, "damaged"), (1, "damaged"), (4, None), (99, "late")])
+        statements += self._insert_events([("a", 1), ("a", 1), ("b", 2), (None, 6), ("c", None)])
+        return statements
+
+    # -- single changes -----------------------------------------------------------------------------
+
+    def _insert_orders(self, rows: list[tuple[int | None, Decimal | None]]) -> str:
+        values = []
+        for customer_id, amount in rows:
+            self.orders[self.next_order] = Order(customer_id, amount)
+            values.append(_row(self.next_order, customer_id, amount))
+            self.next_order += 1
+        return f"INSERT INTO {self.s}.orders VALUES {', '.join(values)}"
+
+    def _insert_returns(self, rows: list[tuple[int | None, str | None]]) -> list[str]:
+        self.returns += rows
+        return [f"INSERT INTO {self.s}.returns VALUES {', '.join(_row(*r) for r in rows)}"]
+
+    def _insert_events(self, rows: list[tuple[str | None, int | None]]) -> list[str]:
+        self.events += rows
+        return [f"INSERT INTO {self.s}.events VALUES {', '.join(_row(*r) for r in rows)}"]
+
+    def _customer_ref(self) -> int | None:
+        """An existing customer, a missing one or NULL."""
+        return self.rng.choice([*CUSTOMER_IDS, None])
+
+    def _an_order(self) -> int | None:
+        return self.rng.choice(sorted(self.orders)) if self.orders else None
+
+    def insert_orders(self) -> list[str]:
+        """1-3 orders; customer ids may be NULL or name no customer, amounts may be NULL."""
+        count = self.rng.randint(1, 3)
+        return [self._insert_orders([(self._customer_ref(), self.rng.choice(AMOUNTS)) for _ in range(count)])]
+
+    def update_amount(self) -> list[str]:
+        order = self._an_order()
+        if order is None:
+            return self.insert_orders()
+        amount = self.rng.choice(AMOUNTS)
+        self.orders[order].amount = amount
+        return [f"UPDATE {self.s}.orders SET amount = {literal(amount)} WHERE id = {order}"]
+
+    def update_order_customer(self) -> list[str]:
+        """Change an order's join key (to another customer, a missing one, or NULL)."""
+        order = self._an_order()
+        if order is None:
+            return self.insert_orders()
+        customer = self._customer_ref()
+        self.orders[order].customer_id = customer
+        return [f"UPDATE {self.s}.orders SET customer_id = {literal(customer)} WHERE id = {order}"]
+
+    def delete_orders(self) -> list[str]:
+        """One order by key, or every order of one customer (or of none: customer_id IS NULL)."""
+        if not self.orders:
+            return self.insert_orders()
+        if self.rng.random() < 0.6:
+            order = self._an_order()
+            del self.orders[order]  # type: ignore[arg-type]
+            return [f"DELETE FROM {self.s}.orders WHERE id = {order}"]
+        customer = self.rng.choice(sorted({o.customer_id for o in self.orders.values()}, key=_none_first))
+        self.orders = {k: o for k, o in self.orders.items() if o.customer_id != customer}
+        where = "customer_id IS NULL" if customer is None else f"customer_id = {customer}"
+        return [f"DELETE FROM {self.s}.orders WHERE {where}"]
+
+    def customer_appears(self) -> list[str]:
+        """Insert a missing customer, preferring one that existing orders already reference."""
+        missing = [c for c in CUSTOMER_IDS if c not in self.customers]
+        if not missing:
+            return self.customer_vanishes()
+        referenced = [c for c in missing if any(o.customer_id == c for o in self.orders.values())]
+        customer_id = self.rng.choice(referenced or missing)
+        return self._insert_customer(customer_id)
+
+    def _insert_customer(self, customer_id: int) -> list[str]:
+        rng = self.rng
+        region = rng.choice([*REGION_IDS, None]) if rng.random() < 0.3 else rng.choice(list(REGION_IDS))
+        customer = Customer(rng.choice(NAMES), rng.choice(TIERS), region)
+        self.customers[customer_id] = customer
+        return [
+            f"INSERT INTO {self.s}.customers VALUES "
+            + _row(customer_id, customer.name, customer.tier, customer.region_id)
+        ]
+
+    def customer_vanishes(self) -> list[str]:
+        """Delete a customer, preferring one that has orders (their partner disappears)."""
+        if not self.customers:
+            return self.customer_appears()
+        with_orders = [c for c in self.customers if any(o.customer_id == c for o in self.orders.values())]
+        customer_id = self.rng.choice(with_orders or sorted(self.customers))
+        del self.customers[customer_id]
+        return [f"DELETE FROM {self.s}.customers WHERE id = {customer_id}"]
+
+    def update_customer(self) -> list[str]:
+        """Change a customer's tier, region_id (a join key; may become NULL or name no region) or both."""
+        if not self.customers:
+            return self.customer_appears()
+        customer_id = self.rng.choice(sorted(self.customers))
+        customer = self.customers[customer_id]
+        sets = []
+        if self.rng.random() < 0.6:
+            customer.tier = self.rng.choice(TIERS)
+            sets.append(f"tier = {literal(customer.tier)}")
+        if not sets or self.rng.random() < 0.5:
+            customer.region_id = self.rng.choice([*REGION_IDS, None])
+            sets.append(f"region_id = {literal(customer.region_id)}")
+        return [f"UPDATE {self.s}.customers SET {', '.join(sets)} WHERE id = {customer_id}"]
+
+    def clear_null_regions(self) -> list[str]:
+        """Give every customer without a region one (NOT IN over region_id comes back to life)."""
+        region = self.rng.choice(list(REGION_IDS))
+        for customer in self.customers.values():
+            if customer.region_id is None:
+                customer.region_id = region
+        return [f"UPDATE {self.s}.customers SET region_id = {region} WHERE region_id IS NULL"]
+
+    def rekey_customer(self) -> list[str]:
+        """Change a customer's primary key (the join key on the customers side) to an unused id."""
+        missing = [c for c in CUSTOMER_IDS if c not in self.customers]
+        if not missing or not self.customers:
+            return self.update_customer()
+        old = self.rng.choice(sorted(self.customers))
+        new = self.rng.choice(missing)
+        self.customers[new] = self.customers.pop(old)
+        return [f"UPDATE {self.s}.customers SET id = {new} WHERE id = {old}"]
+
+    def region_change(self) -> list[str]:
+        """A region appears, vanishes or is renamed."""
+        region = self.rng.choice(list(REGION_IDS))
+        if region not in self.regions:
+            self.regions[region] = self.rng.choice(REGION_NAMES)
+            return [f"INSERT INTO {self.s}.regions VALUES {_row(region, self.regions[region])}"]
+        if self.rng.random() < 0.5:
+            del self.regions[region]
+            return [f"DELETE FROM {self.s}.regions WHERE id = {region}"]
+        self.regions[region] = self.rng.choice(REGION_NAMES)
+        return [f"UPDATE {self.s}.regions SET name = {literal(self.regions[region])} WHERE id = {region}"]
+
+    def returns_change(self) -> list[str]:
+        """Insert returns (the same row twice sometimes; for existing and missing orders) or delete all
+        copies of some."""
+        rng = self.rng
+        if self.returns and rng.random() < 0.35:
+            order_id = rng.choice(self.returns)[0]
+            self.returns = [r for r in self.returns if r[0] != order_id]
+            where = "order_id IS NULL" if order_id is None else f"order_id = {order_id}"
+            return [f"DELETE FROM {self.s}.returns WHERE {where}"]
+        order = self._an_order() if rng.random() < 0.8 else rng.choice([99, None])
+        row = (order, rng.choice(REASONS))
+        rows = [row, row] if rng.random() < 0.4 else [row]
+        return self._insert_returns(rows)
+
+    def events_change(self) -> list[str]:
+        """Insert events with duplicates, delete every copy of one value, or update some."""
+        rng = self.rng
+        roll = rng.random()
+        if self.events and roll < 0.3:
+            v = rng.choice(self.events)[1]
+            self.events = [e for e in self.events if e[1] != v]
+            where = "v IS NULL" if v is None else f"v = {v}"
+            return [f"DELETE FROM {self.s}.events WHERE {where}"]
+        if self.events and roll < 0.45:
+            kind = rng.choice(self.events)[0]
+            v = rng.choice(EVENT_VALUES)
+            self.events = [(k, v) if k == kind else (k, old) for k, old in self.events]
+            where = "kind IS NULL" if kind is None else f"kind = {literal(kind)}"
+            return [f"UPDATE {self.s}.events SET v = {literal(v)} WHERE {where}"]
+        row = (rng.choice(KINDS), rng.choice(EVENT_VALUES))
+        rows = [row, row, (rng.choice(KINDS), rng.choice(EVENT_VALUES))]
+        return self._insert_events(rows)
+
+    def both_sides(self) -> list[str]:
+        """Both sides of the orders-customers join change in one batch: a new customer with its first
+        order; an order moved to another customer while the old customer goes; a customer removed
+        with an order of theirs deleted and a return for it inserted."""
+        rng = self.rng
+        roll = rng.random()
+        missing = [c for c in CUSTOMER_IDS if c not in self.customers]
+        if roll < 0.35 and missing:
+            customer_id = rng.choice(missing)
+            return [
+                *self._insert_customer(customer_id),
+                self._insert_orders([(customer_id, rng.choice(AMOUNTS))]),
+            ]
+        if roll < 0.7 and self.orders and self.customers:
+            order = self._an_order()
+            assert order is not None
+            old = self.orders[order].customer_id
+            new = rng.choice(sorted(self.customers))
+            self.orders[order].customer_id = new
+            statements = [f"UPDATE {self.s}.orders SET customer_id = {new} WHERE id = {order}"]
+            if old is not None and old in self.customers and old != new:
+                del self.customers[old]
+                statements.append(f"DELETE FROM {self.s}.customers WHERE id = {old}")
+            return statements
+        statements = self.customer_vanishes()
+        order = self._an_order()
+        if order is not None:
+            del self.orders[order]
+            statements.append(f"DELETE FROM {self.s}.orders WHERE id = {order}")
+            statements += self._insert_returns([(order, rng.choice(REASONS))])
+        return statements
+
+    # -- batches ------------------------------------------------------------------------------------
+
+    def operations(self) -> list[tuple[Callable[[], list[str]], int]]:
+        """Every kind of change with its weight."""
+        return [
+            (self.insert_orders, 4),
+            (self.update_amount, 3),
+            (self.update_order_customer, 3),
+            (self.delete_orders, 2),
+            (self.customer_appears, 2),
+            (self.customer_vanishes, 2),
+            (self.update_customer, 3),
+            (self.clear_null_regions, 1),
+            (self.rekey_customer, 1),
+            (self.region_change, 2),
+            (self.returns_change, 3),
+            (self.events_change, 3),
+            (self.both_sides, 3),
+        ]
+
+    def batch(self, changes: int) -> list[str]:
+        """`changes` random changes, flattened into one list of statements."""
+        operations = self.operations()
+        methods = [m for m, _ in operations]
+        weights = [w for _, w in operations]
+        statements: list[str] = []
+        for method in self.rng.choices(methods, weights=weights, k=changes):
+            statements += method()
+        return statements
+
+
+def _none_first(value: int | None) -> tuple[bool, int]:
+    return (value is not None, value or 0)
