@@ -1,0 +1,73 @@
+"""The shared query shapes (tests/shapes.py) on Spark/Iceberg, all in one test: every Spark statement is
+an Iceberg commit, so one schema holds the sources and every stream table, and two small batches of
+random DML are refreshed and checked (multiset oracle) for every stream table.
+
+A stream table that fails (refused, wrong rows, a FULL refresh) is recorded and left out of the later
+cycles; the test fails at the end naming every broken stream table, so one does not hide another.
+DBT_IVM_SHAPES_SEED picks another seed; it is in the failure message.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import pytest
+
+from tests.shapes import Workload, create_statements, streams
+from tests.spark.oracle import refresh_and_check
+
+pytestmark = pytest.mark.spark
+
+SEED = int(os.environ.get("DBT_IVM_SHAPES_SEED", "20250101"))
+CYCLES = 2
+CHANGES = 3
+MESSAGE_LINES = 4  # of each failure, in the final report
+# Streams with a known defect on Spark, left out until fixed (each is open in issue #10).
+KNOWN_SPARK_DEFECTS = {
+    "scalar_subquery_select": "Spark's analyzer fails (NoSuchElementException: key not found) on the "
+    "LEFT JOIN into which a correlated aggregate subquery is decorrelated",
+}
+
+
+def _first_lines(error: BaseException) -> str:
+    lines = f"{type(error).__name__}: {error}".strip().splitlines()
+    return "\n    ".join(lines[:MESSAGE_LINES])
+
+
+def test_shapes_refresh_differentially(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    rng = random.Random(SEED)
+    for statement in create_statements(s, "spark"):
+        spark.sql(statement)
+    workload = Workload(s, rng)
+    for statement in workload.seed():
+        spark.sql(statement)
+    active = {name: sql for name, sql in streams(s).items() if name not in KNOWN_SPARK_DEFECTS}
+    failures: dict[str, str] = {}
+
+    def refresh(name: str, sql: str, stage: str, allowed: tuple[str, ...]) -> None:
+        try:
+            result = refresh_and_check(
+                spark, s, name, sql, f"seed {SEED}, {stage}", refresh_mode="differential"
+            )
+            assert result.action in allowed, f"{stage}: {result.action} not in {allowed}: {result.summary()}"
+        except Exception as error:  # recorded, reported together at the end
+            failures[name] = f"{stage}: {_first_lines(error)}"
+
+    for name, sql in active.items():
+        refresh(name, sql, "create", ("CREATE",))
+    for cycle in range(CYCLES):
+        batch = workload.batch(CHANGES)
+        for statement in batch:
+            spark.sql(statement)
+        for name, sql in active.items():
+            if name not in failures:
+                refresh(name, sql, f"cycle {cycle}: {batch}", ("DIFFERENTIAL", "SKIP"))
+    passed = sorted(set(active) - set(failures))
+    assert not failures, (
+        f"seed {SEED} (DBT_IVM_SHAPES_SEED): {len(failures)} of {len(active)} stream tables failed "
+        f"(passed: {', '.join(passed) or 'none'}):\n"
+        + "\n".join(f"  {name}: {message}" for name, message in failures.items())
+    )
