@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from dbt_ivm.delta import grouping, relation
 from dbt_ivm.delta.aggregates import REGISTRY
+from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.setop import delta_setop, setop_contents
 from dbt_ivm.delta.terms import Context, Mode, aliased, term_select, union_all
 from dbt_ivm.plan.nodes import Aggregate, Derived, Plan, Project, SetOp, UnionAll
@@ -127,7 +128,15 @@ def _delta_aggregate(plan: Aggregate, ctx: Context) -> exp.Query | None:
     types = ctx.call_types.get(id(plan), {})
     # Before = now + (−batch), for every touched group (a group may have no rows now).
     merged: list[exp.Expr] = [exp.column(k, CHANGED, quoted=True) for k in keys]
-    merged.append(exp.alias_(_plus(grouping.COUNT), grouping.COUNT, quoted=True))
+    merged.append(
+        exp.alias_(
+            plus(
+                exp.column(grouping.COUNT, NOW, quoted=True), exp.column(grouping.COUNT, CHANGED, quoted=True)
+            ),
+            grouping.COUNT,
+            quoted=True,
+        )
+    )
     for call in plan.calls:
         names = grouping.state_names(call)
         olds: list[exp.Expr] = [exp.column(n, NOW, quoted=True) for n in names]
@@ -155,11 +164,3 @@ def _delta_aggregate(plan: Aggregate, ctx: Context) -> exp.Query | None:
             exp.GT(this=exp.column(grouping.COUNT, BEFORE, quoted=True), expression=exp.Literal.number(0))
         )
     return union_all([old_rows, new_rows])
-
-
-def _plus(column: str) -> exp.Expr:
-    zero = exp.Literal.number(0)
-    return exp.Add(
-        this=exp.func("COALESCE", exp.column(column, NOW, quoted=True), zero),
-        expression=exp.func("COALESCE", exp.column(column, CHANGED, quoted=True), zero.copy()),
-    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dbt_ivm.delta.grouping import matching
 from dbt_ivm.delta.terms import aliased, union_all
 from dbt_ivm.plan.nodes import SetOp
 from dbt_ivm.sqltext import WEIGHT
@@ -85,14 +86,7 @@ def _multiplicity(plan: SetOp, a: exp.Expr, b: exp.Expr) -> exp.Expr:
 
 
 def _same_values(plan: SetOp, left: str, right: str) -> exp.Expr:
-    parts = [
-        exp.NullSafeEQ(this=exp.column(n, left, quoted=True), expression=exp.column(n, right, quoted=True))
-        for n in plan.names
-    ]
-    result: exp.Expr = parts[0]
-    for part in parts[1:]:
-        result = exp.and_(result, part, copy=False)
-    return result
+    return matching(plan.names, left, right)
 
 
 def delta_setop(

@@ -23,11 +23,12 @@ from sqlglot import exp
 
 from dbt_ivm.delta import grouping, plans, relation
 from dbt_ivm.delta.aggregates import REGISTRY
+from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.terms import Context, aliased, parse_relation, term_select, union_all
 from dbt_ivm.keys import match_sql
 from dbt_ivm.layout import COUNT, Layout, key_column, keyed_scans
 from dbt_ivm.plan.build import group_placeholder
-from dbt_ivm.plan.nodes import Aggregate, Derived, Join, Plan, Project, Relation, Scan, SetOp, UnionAll
+from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Relation, children
 from dbt_ivm.reserved import internal_column
 from dbt_ivm.sqltext import WEIGHT
 
@@ -123,7 +124,11 @@ def _stored_aggregate_delta(
     merged: list[exp.Expr] = [
         exp.column(group_placeholder(i), "d", quoted=True) for i in range(len(plan.group_by))
     ]
-    merged.append(exp.alias_(_plus(COUNT), COUNT, quoted=True))
+    merged.append(
+        exp.alias_(
+            plus(exp.column(COUNT, "s", quoted=True), exp.column(COUNT, "d", quoted=True)), COUNT, quoted=True
+        )
+    )
     for call in plan.calls:
         names = grouping.state_names(call)
         stored: list[exp.Expr] = [exp.column(n, "s", quoted=True) for n in names]
@@ -157,34 +162,12 @@ def _stored_aggregate_delta(
     return union_all([removed, added])
 
 
-def _plus(column: str) -> exp.Expr:
-    zero = exp.Literal.number(0)
-    return exp.Add(
-        this=exp.func("COALESCE", exp.column(column, "s", quoted=True), zero),
-        expression=exp.func("COALESCE", exp.column(column, "d", quoted=True), zero.copy()),
-    )
-
-
 def aggregates_in(node: Plan | Relation) -> Iterator[Aggregate]:
     """Every Aggregate in the tree (the plan itself, subqueries in FROM, set operation inputs)."""
     if isinstance(node, Aggregate):
         yield node
-        yield from aggregates_in(node.input)
-    elif isinstance(node, Project):
-        yield from aggregates_in(node.input)
-    elif isinstance(node, Derived):
-        yield from aggregates_in(node.plan)
-    elif isinstance(node, Join):
-        yield from aggregates_in(node.left)
-        yield from aggregates_in(node.right)
-    elif isinstance(node, UnionAll):
-        for child in node.inputs:
-            yield from aggregates_in(child)
-    elif isinstance(node, SetOp):
-        yield from aggregates_in(node.left)
-        yield from aggregates_in(node.right)
-    elif not isinstance(node, Scan):
-        yield from aggregates_in(node.input)
+    for child in children(node):
+        yield from aggregates_in(child)
 
 
 def call_probes(plan: Plan, ctx: Context) -> list[tuple[Aggregate, exp.Query]]:

@@ -159,26 +159,22 @@ def all_items(relation: Relation) -> Iterator[Item]:
         yield from all_items(relation.right)
 
 
+def children(node: Plan | Relation) -> tuple[Plan | Relation, ...]:
+    """The operators a node reads (a derived item's plan, a join's two sides, a branch's inputs)."""
+    if isinstance(node, Scan):
+        return ()
+    if isinstance(node, Derived):
+        return (node.plan,)
+    if isinstance(node, Filter | Project | Aggregate):
+        return (node.input,)
+    if isinstance(node, UnionAll):
+        return node.inputs
+    return (node.left, node.right)
+
+
 def scans_in(node: Plan | Relation) -> Iterator[Scan]:
     """Every base-table scan anywhere under `node`, derived plans and subqueries included."""
     if isinstance(node, Scan):
         yield node
-    elif isinstance(node, Derived):
-        yield from scans_in(node.plan)
-    elif isinstance(node, Filter):
-        yield from scans_in(node.input)
-    elif isinstance(node, Join):
-        yield from scans_in(node.left)
-        yield from scans_in(node.right)
-    elif isinstance(node, Project | Aggregate):
-        yield from scans_in(node.input)
-    elif isinstance(node, UnionAll):
-        for child in node.inputs:
-            yield from scans_in(child)
-    else:
-        yield from scans_in(node.left)
-        yield from scans_in(node.right)
-
-
-def plan_names(plan: Plan) -> tuple[str, ...]:
-    return plan.names
+    for child in children(node):
+        yield from scans_in(child)
