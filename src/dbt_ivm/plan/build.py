@@ -30,6 +30,7 @@ from sqlglot.schema import MappingSchema
 
 from dbt_ivm.catalog import Catalog, TableInfo, qualified_name
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
+from dbt_ivm.plan.dialects import read_dialect
 from dbt_ivm.plan.internal_names import rename_reserved_columns
 from dbt_ivm.plan.nodes import (
     AggCall,
@@ -139,7 +140,7 @@ def _substituted(node: exp.Expr, bodies: dict[str, exp.Expr]) -> exp.Expr:
 
 def _parse(sql: str, model: str, dialect: str) -> exp.Expr:
     try:
-        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+        statements = [s for s in sqlglot.parse(sql, read=read_dialect(dialect)) if s is not None]
     except ParseError as error:
         raise InvalidQuery(model, f"syntax error: {error}") from error
     if len(statements) != 1:
