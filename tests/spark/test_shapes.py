@@ -24,11 +24,6 @@ SEED = int(os.environ.get("DBT_IVM_SHAPES_SEED", "20250101"))
 CYCLES = 2
 CHANGES = 3
 MESSAGE_LINES = 4  # of each failure, in the final report
-# Streams with a known defect on Spark, left out until fixed (each is open in issue #10).
-KNOWN_SPARK_DEFECTS = {
-    "scalar_subquery_select": "Spark's analyzer fails (NoSuchElementException: key not found) on the "
-    "LEFT JOIN into which a correlated aggregate subquery is decorrelated",
-}
 
 
 def _first_lines(error: BaseException) -> str:
@@ -44,7 +39,7 @@ def test_shapes_refresh_differentially(spark: Any, spark_schema: str) -> None:
     workload = Workload(s, rng)
     for statement in workload.seed():
         spark.sql(statement)
-    active = {name: sql for name, sql in streams(s).items() if name not in KNOWN_SPARK_DEFECTS}
+    active = streams(s)
     failures: dict[str, str] = {}
 
     def refresh(name: str, sql: str, stage: str, allowed: tuple[str, ...]) -> None:
