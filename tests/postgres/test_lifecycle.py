@@ -85,3 +85,23 @@ def test_global_aggregate_over_an_empty_table(pg_conn: Any) -> None:
     refresh_and_check(pg_conn, "stats", sql, refresh_mode="differential")
     # One row, count 0, SUM and AVG NULL: exactly what the query returns over an empty table.
     assert value(pg_conn, "SELECT row(n, total, mean, n_amount)::text FROM stats") == "(0,,,0)"
+
+
+def test_two_refreshes_in_one_transaction_keep_their_temp_tables_apart(shop: Any) -> None:
+    """Temp tables live until commit: a second refresh in the same transaction (IMMEDIATE mode will
+    run inside the writer's) must not collide with the first one's."""
+    from dbt_ivm.postgres.db import Db
+    from dbt_ivm.postgres.runner import PostgresBackend, compile_query
+    from tests.postgres.streams import make_spec
+
+    keyless = "SELECT customer, amount FROM orders"  # multiset layout: rows and ops temp tables
+    refresh_and_check(shop, "amounts", keyless)
+    execute(shop, "INSERT INTO orders VALUES (4, 'b', 4); UPDATE orders SET amount = 5 WHERE id = 1")
+    db = Db(shop)
+    with db.transaction("REPEATABLE READ"):
+        for name, sql in (("totals", TOTALS), ("amounts", keyless), ("totals", TOTALS)):
+            backend = PostgresBackend(db, make_spec(name, sql))
+            refreshed = backend._refresh_in_snapshot(sql, compile_query(db, backend.spec, sql), [])
+            assert refreshed.action in ("DIFFERENTIAL", "SKIP")
+    assert_matches_query(shop, "public", "totals", TOTALS)
+    assert_matches_query(shop, "public", "amounts", keyless)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from dbt_ivm.lifecycle import fingerprint
 from dbt_ivm.spark import registry, source_changes
 from dbt_ivm.spark.commit import current_stamp
 from dbt_ivm.spark.iceberg import current_snapshot_id
-from dbt_ivm.spark.runner import fingerprint
 from tests.spark.oracle import make_spec, refresh_and_check
 
 pytestmark = pytest.mark.spark

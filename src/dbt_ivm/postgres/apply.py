@@ -6,11 +6,10 @@ from dbt_ivm.apply import keyed, multiset
 from dbt_ivm.keys import hash_sql
 from dbt_ivm.layout import DUP, HASH, Layout
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.postgres.temp_names import unique
 from dbt_ivm.postgres.user_triggers import TriggerChoice, suppressed, write_keyed, write_multiset
 from dbt_ivm.spec import RefreshResult
 from dbt_ivm.sqltext import WEIGHT, q
-
-ROWS, OPS = "__ivm_rows", "__ivm_ops"
 
 
 def plain_layout(names: list[str]) -> Layout:
@@ -54,35 +53,38 @@ def apply_row_delta(
     result.apply_path = "merge"
     if triggers is not None:
         triggers.record(result)
+    rows_table, ops_table = unique("rows"), unique("ops")
     if layout.kind == "multiset":
         db.execute(
-            f"CREATE TEMP TABLE {q(ROWS)} ON COMMIT DROP AS {multiset.summed_rows_sql(layout, delta, hashed)}"
+            f"CREATE TEMP TABLE {q(rows_table)} ON COMMIT DROP AS {multiset.summed_rows_sql(layout, delta, hashed)}"
         )
-        db.execute(f"ANALYZE {q(ROWS)}")
-        ops = multiset.ordinal_ops_sql(layout, f"pg_temp.{q(ROWS)}", relation, hashed)
-        db.execute(f"CREATE TEMP TABLE {q(OPS)} ON COMMIT DROP AS {ops}")
+        db.execute(f"ANALYZE {q(rows_table)}")
+        ops = multiset.ordinal_ops_sql(layout, f"pg_temp.{q(rows_table)}", relation, hashed)
+        db.execute(f"CREATE TEMP TABLE {q(ops_table)} ON COMMIT DROP AS {ops}")
         counts = db.one(
             f"SELECT COALESCE(SUM(CASE WHEN {q(WEIGHT)} > 0 THEN 1 ELSE 0 END), 0), "
-            f"COALESCE(SUM(CASE WHEN {q(WEIGHT)} < 0 THEN 1 ELSE 0 END), 0) FROM pg_temp.{q(OPS)}"
+            f"COALESCE(SUM(CASE WHEN {q(WEIGHT)} < 0 THEN 1 ELSE 0 END), 0) FROM pg_temp.{q(ops_table)}"
         )
         assert counts is not None
         result.rows_inserted += int(counts[0])
         result.rows_deleted += int(counts[1])
         if counts[0] or counts[1]:
-            db.execute(f"ANALYZE {q(OPS)}")
+            db.execute(f"ANALYZE {q(ops_table)}")
             if triggers is not None and triggers.explicit:
                 pair = (int(counts[0]), int(counts[1]))
-                write_multiset(db, triggers, layout, f"pg_temp.{q(OPS)}", relation, pair, result, hashed)
+                write_multiset(
+                    db, triggers, layout, f"pg_temp.{q(ops_table)}", relation, pair, result, hashed
+                )
                 return
             with suppressed(db, triggers):
-                db.execute(multiset.merge_sql(layout, f"pg_temp.{q(OPS)}", relation, hashed))
+                db.execute(multiset.merge_sql(layout, f"pg_temp.{q(ops_table)}", relation, hashed))
         return
     use_hash = hashed and bool(layout.key)
     db.execute(
-        f"CREATE TEMP TABLE {q(ROWS)} ON COMMIT DROP AS {keyed.consolidated_rows_sql(layout, delta, use_hash)}"
+        f"CREATE TEMP TABLE {q(rows_table)} ON COMMIT DROP AS {keyed.consolidated_rows_sql(layout, delta, use_hash)}"
     )
-    db.execute(f"ANALYZE {q(ROWS)}")
-    counts = db.one(keyed.counts_sql(layout, f"pg_temp.{q(ROWS)}", relation, use_hash))
+    db.execute(f"ANALYZE {q(rows_table)}")
+    counts = db.one(keyed.counts_sql(layout, f"pg_temp.{q(rows_table)}", relation, use_hash))
     assert counts is not None
     inserted, updated, deleted = (int(c) for c in counts)
     result.rows_inserted += inserted
@@ -91,10 +93,10 @@ def apply_row_delta(
     if inserted or updated or deleted:
         if triggers is not None and triggers.explicit:
             triple = (inserted, updated, deleted)
-            write_keyed(db, triggers, layout, f"pg_temp.{q(ROWS)}", relation, use_hash, triple, result)
+            write_keyed(db, triggers, layout, f"pg_temp.{q(rows_table)}", relation, use_hash, triple, result)
             return
         with suppressed(db, triggers):
-            db.execute(keyed.merge_sql(layout, f"pg_temp.{q(ROWS)}", relation, use_hash))
+            db.execute(keyed.merge_sql(layout, f"pg_temp.{q(rows_table)}", relation, use_hash))
 
 
 def full_delta_sql(relation: str, layout: Layout, contents: str) -> str:

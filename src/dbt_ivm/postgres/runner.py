@@ -12,17 +12,18 @@ one stream table serialize on a session advisory lock taken before the snapshot.
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import dataclasses
 import json
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
+from dbt_ivm import lifecycle
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.aggregates import REGISTRY
@@ -37,13 +38,10 @@ from dbt_ivm.postgres import capture, registrations, registry, user_triggers
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
+from dbt_ivm.postgres.temp_names import unique
 from dbt_ivm.reserved import internal_columns, is_reserved, source_relation_sql
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from dbt_ivm.sqltext import q, qn
-
-# When the current thread's refresh started (dbt runs models on several threads).
-_clock = threading.local()
-
 
 UNDEFINED_FUNCTION = "42883"  # what hashing a type without an extended hash function raises
 # Types without an equality operator: rows holding them cannot be compared or diffed.
@@ -66,10 +64,6 @@ class Compiled:
     # False when a key column's type has no hash function: rows are matched on the key alone.
     hashed: bool = True
     shape: str = ""  # the table's columns, types and row key as JSON (compared at every refresh)
-
-
-def fingerprint(sql: str) -> str:
-    return hashlib.sha256(" ".join(sql.split()).encode()).hexdigest()
 
 
 def _relation(spec: StreamTableSpec) -> str:
@@ -215,101 +209,149 @@ def _refresh_lock(db: Db, spec: StreamTableSpec) -> Iterator[None]:
 def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult:
     """Create the stream table or bring it up to date; returns what was done."""
     db = Db(connection)
-    started = _clock.started = time.monotonic()
     registry.bootstrap(db, spec.catalog_schema)
     # Registrations whose table was dropped by hand (or whose model is gone with it) pin buffers.
     registrations.forget_missing(db, spec.catalog_schema, bootstrapped=True)
-    with _refresh_lock(db, spec):
-        try:
-            result = _run(db, spec)
-        except BaseException as error:
-            if isinstance(error, IvmError | Exception):
-                _record_failure(db, spec, error, time.monotonic() - started)
-            raise
-    result.seconds = time.monotonic() - started
-    return result
+    return lifecycle.run(PostgresBackend(db, spec))
 
 
-def _record_failure(db: Db, spec: StreamTableSpec, error: BaseException, seconds: float) -> None:
-    try:
+class PostgresBackend:
+    """The PostgreSQL steps of the refresh lifecycle (dbt_ivm.lifecycle)."""
+
+    def __init__(self, db: Db, spec: StreamTableSpec) -> None:
+        self.db = db
+        self.spec = spec
+        self.started = time.monotonic()
+
+    def serialized(self) -> AbstractContextManager[None]:
+        return _refresh_lock(self.db, self.spec)
+
+    def registered(self) -> lifecycle.Registered | None:
+        found = registry.lookup(self.db, self.spec.catalog_schema, _key(self.spec))
+        return None if found is None else lifecycle.Registered(found.defining_query, found.fingerprint)
+
+    def table_exists(self) -> bool:
+        return bool(self.db.value("SELECT to_regclass(%s) IS NOT NULL", (_relation(self.spec),)))
+
+    def interrupted_build(self, registered: lifecycle.Registered) -> str | None:
+        return None  # a build is one transaction: it happened or it did not
+
+    def build(self, sql: str, action: str, reason: str | None, started: float) -> RefreshResult:
+        self.started = started
+        return self._build(sql, action, reason)
+
+    def refresh(self, sql: str, started: float) -> RefreshResult:
+        self.started = started
+        registered = registry.lookup(self.db, self.spec.catalog_schema, _key(self.spec))
+        assert registered is not None
+        return self._refresh(sql, registered)
+
+    def record(self, fields: dict[str, object]) -> int | None:
+        return registry.record(self.db, self.spec.catalog_schema, _key(self.spec), fields)
+
+    def record_failure(self, fields: dict[str, object]) -> None:
+        with contextlib.suppress(Exception), self.db.transaction():
+            self.record(fields)
+
+    def _install_capture(self, sql: str) -> Compiled:
+        """(Re)install capture on every source of `sql` that lacks it or whose capture can no longer
+        be trusted (capture.reinstall_reason), in a committed transaction."""
+        db, spec = self.db, self.spec
         with db.transaction():
-            registry.record(
-                db,
-                spec.catalog_schema,
-                _key(spec),
-                RefreshResult.failure_fields(error, seconds, spec.initiated_by),
-            )
-    except Exception:  # the original error matters more than the history row
-        pass
+            compiled = compile_query(db, spec, sql)
+            if spec.refresh_mode != "full" and compiled.plan is not None:
+                for source in compiled.sources:
+                    if capture.reinstall_reason(db, spec.catalog_schema, source) is not None:
+                        # Stream tables over one new source are created in parallel (dbt threads):
+                        # install once, re-checking under the lock.
+                        capture.lock_installs(db)
+                        reason = capture.reinstall_reason(db, spec.catalog_schema, source)
+                        if reason is not None:
+                            capture.repair(db, spec.catalog_schema, source, reason)
+        return compiled
 
-
-def _run(db: Db, spec: StreamTableSpec) -> RefreshResult:
-    registered = registry.lookup(db, spec.catalog_schema, _key(spec))
-    exists = db.value("SELECT to_regclass(%s) IS NOT NULL", (_relation(spec),))
-    if registered is None or not exists:
-        return _build(db, spec, spec.sql, "CREATE" if not exists else "REBUILD", "first run")
-    if spec.full_refresh:
-        return _build(db, spec, spec.sql, "REBUILD", "--full-refresh")
-    if registered.fingerprint != fingerprint(spec.sql):
-        if spec.on_configuration_change == "fail":
-            raise IvmError(
-                f"model {spec.model}: the defining query changed and on_configuration_change='fail'; "
-                "run with --full-refresh or set on_configuration_change='apply'"
+    def _build(self, sql: str, action: str, reason: str | None) -> RefreshResult:
+        db, spec = self.db, self.spec
+        installed = self._install_capture(sql)
+        relation = _relation(spec)
+        # Until this registration commits, other consumers' cleanup must not delete rows this
+        # snapshot lacks.
+        with capture.pinned(db, installed.sources), db.transaction("REPEATABLE READ"):
+            compiled = compile_query(db, spec, sql)
+            db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(spec.schema)}")
+            dropped_triggers = user_triggers.find_existing(db, relation)
+            db.execute(f"DROP TABLE IF EXISTS {relation}")
+            layout, contents = _contents(compiled, sql)
+            rows = pg_apply.create_table(db, relation, layout, contents, compiled.hashed)
+            # Before the table is visible: default privileges must not expose its hidden columns.
+            restrict_to_user_columns(db, relation, layout.user)
+            registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
+            result = RefreshResult(
+                action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
             )
-        if spec.on_configuration_change == "apply":
-            return _build(db, spec, spec.sql, "REBUILD", "defining query changed")
-        result = _refresh(db, spec, registered.defining_query, registered)
-        result.warnings.append(
-            f"model {spec.model}: the defining query changed; on_configuration_change='continue' keeps "
-            "maintaining the previous query until --full-refresh"
-        )
+            result.reason = reason
+            if compiled.unsupported is not None:
+                result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
+            gaps = (i.replica_gap for i in _inspect_capture(db, spec, compiled) if i.replica_gap is not None)
+            result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps)
+            result.warnings.extend(user_triggers.dropped_warning(relation, dropped_triggers))
+            lifecycle.record(self, result, 0, self.started)
+            user_triggers.notify(db, spec, result)
         return result
-    return _refresh(db, spec, registered.defining_query, registered)
 
+    def _refresh(self, sql: str, registered: registry.Registered) -> RefreshResult:
+        db, spec = self.db, self.spec
+        # Usually capture is in place: plan and refresh in one snapshot. Otherwise install it (its own
+        # committed transaction, which flags this table for a FULL refresh) and start again.
+        for _ in range(2):
+            with db.transaction("REPEATABLE READ"):
+                compiled = compile_query(db, spec, sql)
+                rebuild = _rebuild_reason(compiled, registered)
+                inspections = [] if rebuild else _inspect_capture(db, spec, compiled)
+                if rebuild or any(i.reinstall_reason for i in inspections):
+                    result = None
+                else:
+                    gaps = [i.replica_gap for i in inspections if i.replica_gap is not None]
+                    result = self._refresh_in_snapshot(sql, compiled, gaps)
+            if rebuild:
+                return self._build(sql, "REBUILD", rebuild)
+            if result is not None:
+                break
+            self._install_capture(sql)
+        else:
+            raise IvmError(f"model {spec.model}: change capture on its sources could not be installed")
+        _cleanup(db, spec, compiled)
+        return result
 
-def _install_capture(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
-    """(Re)install capture on every source of `sql` that lacks it or whose capture can no longer be
-    trusted (capture.reinstall_reason), in a committed transaction."""
-    with db.transaction():
-        compiled = compile_query(db, spec, sql)
-        if spec.refresh_mode != "full" and compiled.plan is not None:
-            for source in compiled.sources:
-                if capture.reinstall_reason(db, spec.catalog_schema, source) is not None:
-                    # Stream tables over one new source are created in parallel (dbt threads):
-                    # install once, re-checking under the lock.
-                    capture.lock_installs(db)
-                    reason = capture.reinstall_reason(db, spec.catalog_schema, source)
-                    if reason is not None:
-                        capture.repair(db, spec.catalog_schema, source, reason)
-    return compiled
-
-
-def _build(db: Db, spec: StreamTableSpec, sql: str, action: str, reason: str) -> RefreshResult:
-    installed = _install_capture(db, spec, sql)
-    relation = _relation(spec)
-    # Until this registration commits, other consumers' cleanup must not delete rows this snapshot lacks.
-    with capture.pinned(db, installed.sources), db.transaction("REPEATABLE READ"):
-        compiled = compile_query(db, spec, sql)
-        db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(spec.schema)}")
-        dropped_triggers = user_triggers.find_existing(db, relation)
-        db.execute(f"DROP TABLE IF EXISTS {relation}")
-        layout, contents = _contents(compiled, sql)
-        rows = pg_apply.create_table(db, relation, layout, contents, compiled.hashed)
-        # Before the table is visible: default privileges must not expose its hidden columns.
-        restrict_to_user_columns(db, relation, layout.user)
-        registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
-        result = RefreshResult(
-            action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
-        )
-        result.reason = reason if action != "CREATE" else None
-        if compiled.unsupported is not None:
-            result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
-        gaps = (i.replica_gap for i in _inspect_capture(db, spec, compiled) if i.replica_gap is not None)
-        result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps)
-        result.warnings.extend(user_triggers.dropped_warning(relation, dropped_triggers))
-        _history(db, spec, result, 0)
+    def _refresh_in_snapshot(
+        self, sql: str, compiled: Compiled, gaps: list[capture.ReplicaGap]
+    ) -> RefreshResult:
+        db, spec = self.db, self.spec
+        current = registry.lookup(db, spec.catalog_schema, _key(spec))
+        assert current is not None
+        # A table-level SELECT granted since the last run (by hand, or by dbt's grants) reads hidden
+        # columns.
+        restrict_to_user_columns(db, _relation(spec), [name for name, _ in compiled.output_types])
+        reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
+        subscribed = next((g for g in gaps if g.subscribed), None)
+        if reason is None and subscribed is not None:
+            reason = subscribed.full_reason()  # its changes may not be in the buffer: recompute
+        if reason is None and not changed:
+            registry.advance(db, spec.catalog_schema, _key(spec))
+            result = RefreshResult(action="SKIP", reason="no changes")
+            result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps)
+            lifecycle.record(self, result, 0, self.started)
+            return result
+        if reason is None:
+            assert compiled.plan is not None and compiled.layout is not None
+            result = _differential(db, spec, compiled, current, changed)
+        else:
+            result = _full(db, spec, compiled, sql, reason)
+        result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps if not g.subscribed)
+        registry.advance(db, spec.catalog_schema, _key(spec))
+        lifecycle.record(self, result, changes, self.started)
         user_triggers.notify(db, spec, result)
-    return result
+        return result
 
 
 def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[str, object]:
@@ -318,7 +360,7 @@ def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[s
         "schema_name": spec.schema,
         "table_name": spec.name,
         "defining_query": sql,
-        "fingerprint": fingerprint(sql),
+        "fingerprint": lifecycle.fingerprint(sql),
         "refresh_mode": spec.refresh_mode,
         "layout_kind": compiled.layout.kind if compiled.layout else "plain",
         "differential_ok": compiled.plan is not None,
@@ -327,42 +369,6 @@ def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[s
         "views_digest": compiled.views_digest,
         "shape": compiled.shape,
     }
-
-
-def _history(db: Db, spec: StreamTableSpec, result: RefreshResult, changes_read: int) -> None:
-    result.seconds = time.monotonic() - getattr(_clock, "started", time.monotonic())
-    result.refresh_id = registry.record(
-        db,
-        spec.catalog_schema,
-        _key(spec),
-        result.history_fields(spec.initiated_by, changes_read),
-    )
-
-
-def _refresh(db: Db, spec: StreamTableSpec, sql: str, registered: registry.Registered) -> RefreshResult:
-    # Usually capture is in place: plan and refresh in one snapshot. Otherwise install it (its own
-    # committed transaction, which flags this table for a FULL refresh) and start again.
-    for _ in range(2):
-        with db.transaction("REPEATABLE READ"):
-            compiled = compile_query(db, spec, sql)
-            rebuild = _rebuild_reason(compiled, registered)
-            inspections = [] if rebuild else _inspect_capture(db, spec, compiled)
-            if rebuild or any(i.reinstall_reason for i in inspections):
-                result = None
-            else:
-                gaps = [i.replica_gap for i in inspections if i.replica_gap is not None]
-                result = _refresh_in_snapshot(db, spec, sql, compiled, gaps)
-        if rebuild:
-            return _build(db, spec, sql, "REBUILD", rebuild)
-        if result is not None:
-            break
-        _install_capture(db, spec, sql)
-    else:
-        raise IvmError(f"model {spec.model}: change capture on its sources could not be installed")
-    _cleanup(db, spec, compiled)
-    if spec.refresh_mode == "differential" and result.action == "FULL":
-        result.warnings.append(f"model {spec.model}: differential refresh fell back to FULL: {result.reason}")
-    return result
 
 
 def _rebuild_reason(compiled: Compiled, registered: registry.Registered) -> str | None:
@@ -378,47 +384,15 @@ def _inspect_capture(db: Db, spec: StreamTableSpec, compiled: Compiled) -> list[
     return [capture.inspect(db, spec.catalog_schema, s) for s in compiled.sources]
 
 
-def _refresh_in_snapshot(
-    db: Db, spec: StreamTableSpec, sql: str, compiled: Compiled, gaps: list[capture.ReplicaGap]
-) -> RefreshResult:
-    current = registry.lookup(db, spec.catalog_schema, _key(spec))
-    assert current is not None
-    # A table-level SELECT granted since the last run (by hand, or by dbt's grants) reads hidden columns.
-    restrict_to_user_columns(db, _relation(spec), [name for name, _ in compiled.output_types])
-    reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
-    subscribed = next((g for g in gaps if g.subscribed), None)
-    if reason is None and subscribed is not None:
-        reason = subscribed.full_reason()  # its changes may not be in the buffer: recompute
-    if reason is None and not changed:
-        registry.advance(db, spec.catalog_schema, _key(spec))
-        result = RefreshResult(action="SKIP", reason="no changes")
-        result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps)
-        _history(db, spec, result, 0)
-        return result
-    if reason is None:
-        assert compiled.plan is not None and compiled.layout is not None
-        result = _differential(db, spec, compiled, current, changed)
-    else:
-        result = _full(db, spec, compiled, sql, reason)
-    result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps if not g.subscribed)
-    registry.advance(db, spec.catalog_schema, _key(spec))
-    _history(db, spec, result, changes)
-    user_triggers.notify(db, spec, result)
-    return result
-
-
 def _choose_full_reason(
     db: Db, spec: StreamTableSpec, compiled: Compiled, current: registry.Registered
 ) -> tuple[str | None, int, list[TableInfo]]:
     """Why this refresh must be FULL (None: differential), the number of changes, the changed sources."""
-    if spec.refresh_mode == "full":
-        return "refresh_mode='full'", 0, []
-    if compiled.plan is None:
-        return str(compiled.unsupported), 0, []
-    if current.needs_full:
+    if current.needs_full and spec.refresh_mode != "full" and compiled.plan is not None:
         return current.needs_full, 0, []
-    if current.frontier is None:
-        return "no frontier recorded", 0, []
+    reason = lifecycle.full_reason(spec, compiled.unsupported, current.frontier is not None)
+    if reason is not None or current.frontier is None:
+        return reason, 0, []
     total = 0
     changed: list[TableInfo] = []
     for source in compiled.sources:
@@ -435,13 +409,9 @@ def _choose_full_reason(
             db.value("SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = %s::oid", (source.identity,))
             or 0
         )
-        if spec.refresh_mode == "auto" and estimate > 0 and count > spec.full_refresh_threshold * estimate:
-            return (
-                f"{count} changes to {source.qualified} exceed full_refresh_threshold="
-                f"{spec.full_refresh_threshold} of its ~{int(estimate)} rows",
-                total,
-                changed,
-            )
+        too_many = lifecycle.threshold_reason(spec, source.qualified, count, estimate)
+        if too_many is not None:
+            return too_many, total, changed
     return None, total, changed
 
 
@@ -451,7 +421,7 @@ def _differential(
     assert compiled.plan is not None and compiled.layout is not None and current.frontier is not None
     bindings = _current_bindings(compiled.sources)
     for index, source in enumerate(changed):
-        temp = q(f"__ivm_delta_{index}")
+        temp = q(unique(f"delta_{index}"))
         virtual = capture.virtual_columns(db, source)
         raw = capture.raw_changes_sql(spec.catalog_schema, source, current.frontier, virtual)
         columns = internal_columns(source)
@@ -513,3 +483,11 @@ def drop_stream_table(connection: object, schema: str, name: str, catalog_schema
         with db.transaction():
             registry.unregister(db, catalog_schema, f"{schema}.{name}")
         registrations.remove_unused(db, catalog_schema)
+
+
+def check_differential(connection: object, spec: StreamTableSpec) -> None:
+    """Plan `spec`'s query as refresh_mode='differential' does, writing nothing: raises
+    UnsupportedQuery naming the construct when it cannot be maintained differentially."""
+    db = Db(connection)
+    with db.transaction("REPEATABLE READ"):
+        compile_query(db, dataclasses.replace(spec, refresh_mode="differential"), spec.sql)

@@ -23,22 +23,22 @@ MERGE).
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import dataclasses
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
+from dbt_ivm import lifecycle
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.terms import Bindings, Context
-from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
+from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.layout import DUP, HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Plan, scans_in
@@ -72,10 +72,6 @@ class Compiled:
     @property
     def not_iceberg(self) -> list[SparkTable]:
         return [s for s in self.sources if not s.is_iceberg]
-
-
-def fingerprint(sql: str) -> str:
-    return hashlib.sha256(" ".join(sql.split()).encode()).hexdigest()
 
 
 def _key(spec: StreamTableSpec) -> str:
@@ -149,66 +145,55 @@ def _views_digest(catalog: SparkCatalog) -> str:
 
 def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
     """Create the stream table or bring it up to date; returns what was done."""
-    started = time.monotonic()
     registry.bootstrap(spark, spec.catalog_schema)
     views = TempViews(spark)
-    with _refresh_lock(spec):
-        try:
-            result = _run(spark, spec, views, started)
-        except Exception as error:
-            _record_failure(spark, spec, error, time.monotonic() - started)
-            raise
-        finally:
-            views.drop()
-    result.seconds = time.monotonic() - started
-    return result
+    try:
+        return lifecycle.run(SparkBackend(spark, spec, views))
+    finally:
+        views.drop()
 
 
-def _record_failure(spark: Any, spec: StreamTableSpec, error: BaseException, seconds: float) -> None:
-    # the original error matters more than the history row
-    with contextlib.suppress(Exception):
-        registry.record(
-            spark,
-            spec.catalog_schema,
-            _key(spec),
-            RefreshResult.failure_fields(error, seconds, spec.initiated_by),
-        )
+class SparkBackend:
+    """The Spark + Iceberg steps of the refresh lifecycle (dbt_ivm.lifecycle)."""
 
+    def __init__(self, spark: Any, spec: StreamTableSpec, views: TempViews) -> None:
+        self.spark = spark
+        self.spec = spec
+        self.views = views
+        self._registration: registry.Registration | None = None
+        self._stamp: Stamp | None = None
 
-def _table_exists(spark: Any, spec: StreamTableSpec) -> bool:
-    return bool(spark.catalog.tableExists(f"{spec.schema}.{spec.name}"))
+    def serialized(self) -> AbstractContextManager[None]:
+        return _refresh_lock(self.spec)
 
+    def registered(self) -> lifecycle.Registered | None:
+        self._registration = registry.lookup(self.spark, self.spec.catalog_schema, _key(self.spec))
+        found = self._registration
+        return None if found is None else lifecycle.Registered(found.defining_query, found.fingerprint)
 
-def _run(spark: Any, spec: StreamTableSpec, views: TempViews, started: float) -> RefreshResult:
-    registered = registry.lookup(spark, spec.catalog_schema, _key(spec))
-    exists = _table_exists(spark, spec)
-    if registered is None or not exists:
-        action = "CREATE" if not exists else "REBUILD"
-        return _build(spark, spec, views, spec.sql, registered, action, "first run", started)
-    if spec.full_refresh:
-        return _build(spark, spec, views, spec.sql, registered, "REBUILD", "--full-refresh", started)
-    _, stamp = current_stamp(spark, _parts(spec))
-    if stamp is not None and stamp.fingerprint != registered.fingerprint:
-        # A rebuild died between registering the new query and creating its table.
-        reason = "the stream table was built from another definition (an interrupted rebuild)"
-        return _build(spark, spec, views, registered.defining_query, registered, "REBUILD", reason, started)
-    if registered.fingerprint != fingerprint(spec.sql):
-        if spec.on_configuration_change == "fail":
-            raise IvmError(
-                f"model {spec.model}: the defining query changed and on_configuration_change='fail'; "
-                "run with --full-refresh or set on_configuration_change='apply'"
-            )
-        if spec.on_configuration_change == "apply":
-            return _build(
-                spark, spec, views, spec.sql, registered, "REBUILD", "defining query changed", started
-            )
-        result = _refresh(spark, spec, views, registered, stamp, started)
-        result.warnings.append(
-            f"model {spec.model}: the defining query changed; on_configuration_change='continue' keeps "
-            "maintaining the previous query until --full-refresh"
-        )
-        return result
-    return _refresh(spark, spec, views, registered, stamp, started)
+    def table_exists(self) -> bool:
+        return bool(self.spark.catalog.tableExists(f"{self.spec.schema}.{self.spec.name}"))
+
+    def interrupted_build(self, registered: lifecycle.Registered) -> str | None:
+        _, self._stamp = current_stamp(self.spark, _parts(self.spec))
+        if self._stamp is not None and self._stamp.fingerprint != registered.fingerprint:
+            # A rebuild died between registering the new query and creating its table.
+            return "the stream table was built from another definition (an interrupted rebuild)"
+        return None
+
+    def build(self, sql: str, action: str, reason: str | None, started: float) -> RefreshResult:
+        return _build(self, sql, action, reason, started)
+
+    def refresh(self, sql: str, started: float) -> RefreshResult:
+        assert self._registration is not None
+        return _refresh(self, self._registration, self._stamp, started)
+
+    def record(self, fields: dict[str, object]) -> int | None:
+        return registry.record(self.spark, self.spec.catalog_schema, _key(self.spec), fields)
+
+    def record_failure(self, fields: dict[str, object]) -> None:
+        with contextlib.suppress(Exception):
+            self.record(fields)
 
 
 def _columns_mismatch(spark: Any, spec: StreamTableSpec, compiled: Compiled) -> str | None:
@@ -274,16 +259,8 @@ def _contents(views: TempViews, compiled: Compiled, sql: str, ends: dict[str, in
     return spark_apply.plain_layout(compiled.output_names), f"SELECT * FROM {q(view)}"
 
 
-def _build(
-    spark: Any,
-    spec: StreamTableSpec,
-    views: TempViews,
-    sql: str,
-    registered: registry.Registration | None,
-    action: str,
-    reason: str,
-    started: float,
-) -> RefreshResult:
+def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, started: float) -> RefreshResult:
+    spark, spec, views, registered = backend.spark, backend.spec, backend.views, backend._registration
     compiled = compile_query(spark, spec, sql)
     ends = _snapshots(spark, compiled.sources)
     layout, contents = _contents(views, compiled, sql, ends)
@@ -292,7 +269,7 @@ def _build(
         schema_name=spec.schema,
         table_name=spec.name,
         defining_query=sql,
-        fingerprint=fingerprint(sql),
+        fingerprint=lifecycle.fingerprint(sql),
         refresh_mode=spec.refresh_mode,
         layout_kind=layout.kind if compiled.layout else "plain",
         differential_ok=compiled.plan is not None,
@@ -309,7 +286,7 @@ def _build(
     stamp = Stamp(ends, registration.fingerprint, compiled.views_digest)
     rows = spark_apply.create_table(spark, _parts(spec), layout, contents, stamp)
     result = RefreshResult(action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=rows)
-    result.reason = reason if action != "CREATE" else None
+    result.reason = reason
     if compiled.unsupported is not None:
         result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
     for source in compiled.not_iceberg:
@@ -317,36 +294,22 @@ def _build(
             f"model {spec.model}: {source.info.qualified} is not an Iceberg table "
             f"({source.provider or 'unknown provider'}); every refresh will be FULL"
         )
-    result.seconds = time.monotonic() - started
-    _history(spark, spec, result, 0)
+    lifecycle.record(backend, result, 0, started)
     return result
 
 
-def _history(spark: Any, spec: StreamTableSpec, result: RefreshResult, changes_read: int) -> None:
-    result.refresh_id = registry.record(
-        spark,
-        spec.catalog_schema,
-        _key(spec),
-        result.history_fields(spec.initiated_by, changes_read),
-    )
-
-
 def _refresh(
-    spark: Any,
-    spec: StreamTableSpec,
-    views: TempViews,
-    registered: registry.Registration,
-    stamp: Stamp | None,
-    started: float,
+    backend: SparkBackend, registered: registry.Registration, stamp: Stamp | None, started: float
 ) -> RefreshResult:
+    spark, spec, views = backend.spark, backend.spec, backend.views
     sql = registered.defining_query
     compiled = compile_query(spark, spec, sql)
     if stamp is not None and stamp.views != compiled.views_digest:
         why = "a view the defining query reads was redefined"
-        return _build(spark, spec, views, sql, registered, "REBUILD", why, started)
+        return _build(backend, sql, "REBUILD", why, started)
     why_not = _columns_mismatch(spark, spec, compiled)
     if why_not is not None:
-        return _build(spark, spec, views, sql, registered, "REBUILD", why_not, started)
+        return _build(backend, sql, "REBUILD", why_not, started)
     ends = _snapshots(spark, compiled.sources)
     frontier = None if stamp is None else stamp.frontier
     reason = _full_reason(spec, compiled, frontier, ends)
@@ -357,8 +320,7 @@ def _refresh(
     ]
     if reason is None and not changed:
         result = RefreshResult(action="SKIP", reason="no changes")
-        result.seconds = time.monotonic() - started
-        _history(spark, spec, result, 0)
+        lifecycle.record(backend, result, 0, started)
         return result
     _kill_point("before_changes")
     changes = 0
@@ -395,11 +357,8 @@ def _refresh(
             prepared.deleted,
         )
         _commit(spark, spec, prepared, new_stamp)
-    result.seconds = time.monotonic() - started
-    _history(spark, spec, result, changes)
+    lifecycle.record(backend, result, changes, started)
     _kill_point("after_history")
-    if spec.refresh_mode == "differential" and result.action == "FULL":
-        result.warnings.append(f"model {spec.model}: differential refresh fell back to FULL: {result.reason}")
     return result
 
 
@@ -439,18 +398,17 @@ def _full_reason(
     spec: StreamTableSpec, compiled: Compiled, frontier: dict[str, int] | None, ends: dict[str, int]
 ) -> str | None:
     """Why this refresh must be FULL (None: differential may proceed)."""
-    if spec.refresh_mode == "full":
-        return "refresh_mode='full'"
-    if compiled.plan is None:
-        return str(compiled.unsupported)
-    if compiled.not_iceberg:
+    if spec.refresh_mode != "full" and compiled.plan is not None and compiled.not_iceberg:
         names = ", ".join(f"{s.info.qualified} ({s.provider or 'unknown'})" for s in compiled.not_iceberg)
         return f"not Iceberg tables, no change history: {names}"
-    if frontier is None:
+    if spec.refresh_mode != "full" and compiled.plan is not None and frontier is None:
         return (
             "the stream table's current snapshot carries no dbt-ivm frontier (it was written outside "
             "dbt-ivm, or restored)"
         )
+    reason = lifecycle.full_reason(spec, compiled.unsupported, frontier is not None)
+    if reason is not None or frontier is None:
+        return reason
     missing = [name for name in ends if name not in frontier]
     if missing:
         return f"no frontier recorded for {', '.join(missing)}"
@@ -461,3 +419,9 @@ def drop_stream_table(spark: Any, schema: str, name: str, catalog_schema: str = 
     """Unregister a stream table (its table is dropped by the caller)."""
     if spark.catalog.tableExists(f"{catalog_schema}.stream_tables"):
         registry.unregister(spark, catalog_schema, f"{schema}.{name}")
+
+
+def check_differential(spark: Any, spec: StreamTableSpec) -> None:
+    """Plan `spec`'s query as refresh_mode='differential' does, writing nothing: raises
+    UnsupportedQuery naming the construct when it cannot be maintained differentially."""
+    compile_query(spark, dataclasses.replace(spec, refresh_mode="differential"), spec.sql)

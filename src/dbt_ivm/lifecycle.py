@@ -1,0 +1,169 @@
+"""The refresh lifecycle, written once for every backend.
+
+One run of a stream table decides between five things: CREATE it (no table or no registration),
+REBUILD it (--full-refresh, a changed query under on_configuration_change='apply', an interrupted
+rebuild), FAIL (a changed query under 'fail'), CONTINUE maintaining the registered query (a changed
+query under 'continue'), or REFRESH it. A refresh is SKIP, DIFFERENTIAL or FULL; why it is FULL is
+decided here too (`full_reason`), before the backend adds what only it can know (a truncated
+source, a source without change history, a batch over AUTO's threshold). Every run, failed or not,
+leaves one history row with its duration.
+
+A backend (PostgreSQL, Spark; IMMEDIATE mode later) supplies the storage-specific steps behind
+`Backend`: serialize runs of one table, read its registration, build it from scratch, refresh it,
+write a history row. The engine's planner, delta rules and renderers are shared below that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from dbt_ivm.errors import IvmError
+from dbt_ivm.spec import RefreshResult, StreamTableSpec
+
+
+def fingerprint(sql: str) -> str:
+    """The identity of a defining query: its text with whitespace runs collapsed.
+
+    >>> fingerprint("select 1") == fingerprint("select   1\\n")
+    True
+    """
+    return hashlib.sha256(" ".join(sql.split()).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Registered:
+    """What the backend's registry holds about a stream table that the lifecycle decides on."""
+
+    defining_query: str
+    fingerprint: str
+
+
+class Backend(Protocol):
+    """The storage-specific steps of one run of one stream table."""
+
+    spec: StreamTableSpec
+
+    def serialized(self) -> AbstractContextManager[None]:
+        """Held for the whole run: two runs of one stream table never overlap."""
+        ...
+
+    def registered(self) -> Registered | None:
+        """The registration, or None when the stream table was never built (or was forgotten)."""
+        ...
+
+    def table_exists(self) -> bool: ...
+
+    def interrupted_build(self, registered: Registered) -> str | None:
+        """Why the stored table is not the registered query's (a rebuild died half-way), or None."""
+        ...
+
+    def build(self, sql: str, action: str, reason: str | None, started: float) -> RefreshResult:
+        """Create or replace the table with `sql`'s rows, register it, write the history row."""
+        ...
+
+    def refresh(self, sql: str, started: float) -> RefreshResult:
+        """Bring the table up to date with the registered `sql` (it may rebuild: view or shape
+        changes), write the history row."""
+        ...
+
+    def record(self, fields: dict[str, object]) -> int | None:
+        """Write a history row as part of the run's own write; returns its refresh id."""
+        ...
+
+    def record_failure(self, fields: dict[str, object]) -> None:
+        """Write a failed run's history row on its own (best effort: the run's error is what matters)."""
+        ...
+
+
+def record(backend: Backend, result: RefreshResult, changes_read: int, started: float) -> None:
+    """The history row of a run that did `result` (its duration so far included)."""
+    result.seconds = time.monotonic() - started
+    result.refresh_id = backend.record(result.history_fields(backend.spec.initiated_by, changes_read))
+
+
+def run(backend: Backend) -> RefreshResult:
+    """Create the stream table or bring it up to date; returns what was done."""
+    spec = backend.spec
+    started = time.monotonic()
+    with backend.serialized():
+        try:
+            result = _decide(backend, started)
+        except Exception as error:
+            backend.record_failure(
+                RefreshResult.failure_fields(error, time.monotonic() - started, spec.initiated_by)
+            )
+            raise
+    if spec.refresh_mode == "differential" and result.action == "FULL":
+        result.warnings.append(f"model {spec.model}: differential refresh fell back to FULL: {result.reason}")
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _decide(backend: Backend, started: float) -> RefreshResult:
+    spec = backend.spec
+    registered = backend.registered()
+    exists = backend.table_exists()
+    if registered is None or not exists:
+        action = "CREATE" if not exists else "REBUILD"
+        return backend.build(spec.sql, action, None if action == "CREATE" else "first run", started)
+    if spec.full_refresh:
+        return backend.build(spec.sql, "REBUILD", "--full-refresh", started)
+    interrupted = backend.interrupted_build(registered)
+    if interrupted is not None:
+        return backend.build(registered.defining_query, "REBUILD", interrupted, started)
+    if registered.fingerprint == fingerprint(spec.sql):
+        return backend.refresh(registered.defining_query, started)
+    if spec.on_configuration_change == "fail":
+        raise IvmError(
+            f"model {spec.model}: the defining query changed and on_configuration_change='fail'; "
+            "run with --full-refresh or set on_configuration_change='apply'"
+        )
+    if spec.on_configuration_change == "apply":
+        return backend.build(spec.sql, "REBUILD", "defining query changed", started)
+    result = backend.refresh(registered.defining_query, started)
+    result.warnings.append(
+        f"model {spec.model}: the defining query changed; on_configuration_change='continue' keeps "
+        "maintaining the previous query until --full-refresh"
+    )
+    return result
+
+
+def full_reason(spec: StreamTableSpec, unsupported: object | None, frontier_known: bool) -> str | None:
+    """Why a refresh must be FULL whatever its batch holds (None: the batch decides).
+
+    >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", refresh_mode="auto")
+    >>> full_reason(spec, "model m: `LIMIT` is not supported", True)
+    'model m: `LIMIT` is not supported'
+    >>> full_reason(spec, None, False)
+    'no frontier recorded'
+    """
+    if spec.refresh_mode == "full":
+        return "refresh_mode='full'"
+    if unsupported is not None:
+        return str(unsupported)
+    if not frontier_known:
+        return "no frontier recorded"
+    return None
+
+
+def threshold_reason(spec: StreamTableSpec, source: str, changes: int, estimated_rows: float) -> str | None:
+    """AUTO's fallback: a batch larger than `full_refresh_threshold` of its source refreshes FULL.
+
+    >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1")
+    >>> threshold_reason(spec, "public.t", 600, 1000.0)
+    '600 changes to public.t exceed full_refresh_threshold=0.5 of its ~1000 rows'
+    >>> threshold_reason(spec, "public.t", 400, 1000.0) is None
+    True
+    """
+    if spec.refresh_mode != "auto" or estimated_rows <= 0:
+        return None
+    if changes <= spec.full_refresh_threshold * estimated_rows:
+        return None
+    return (
+        f"{changes} changes to {source} exceed full_refresh_threshold="
+        f"{spec.full_refresh_threshold} of its ~{int(estimated_rows)} rows"
+    )
