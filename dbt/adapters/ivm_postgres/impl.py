@@ -11,6 +11,7 @@ from dbt.adapters.base.meta import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
 from dbt.adapters.contracts.relation import RelationConfig
 from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.ivm_postgres import compile_check
 from dbt.adapters.ivm_postgres.connections import (
     ADAPTER_TYPE,
     IvmPostgresConnectionManager,
@@ -155,6 +156,21 @@ class IvmPostgresAdapter(PostgresAdapter):
         for warning in result.warnings:
             logger.warning(f"stream table model {model_name}: {warning}")
         return result_fields(result)
+
+    def ivm_check_differential(self, node: Any) -> None:
+        """At compile time: refuse a differential model the engine cannot maintain (compile_check)."""
+        from dbt_ivm.postgres.runner import check_differential
+
+        spec = compile_check.spec_for(self, node)
+
+        def plan() -> None:
+            try:
+                check_differential(self._engine_connection(), spec)
+            except psycopg2.Error:
+                self._discard_engine_connection()
+                raise
+
+        compile_check.judge(plan)
 
     @available.parse_none
     def ivm_stream_table_user_columns(self, relation: BaseRelation) -> list[str] | None:

@@ -159,6 +159,17 @@ class IvmSparkAdapter(SparkAdapter):
             logger.warning(f"stream table model {model_name}: {warning}")
         return result_fields(result)
 
+    def ivm_check_differential(self, node: Any) -> None:
+        """At compile time: refuse a differential model the engine cannot maintain (compile_check)."""
+        from dbt.adapters.ivm_postgres import compile_check
+
+        from dbt_ivm.spark.runner import check_differential
+
+        if getattr(self.config.credentials, "method", None) != SparkConnectionMethod.SESSION:
+            return  # the engine plans on the embedded session only
+        spec = compile_check.spec_for(self, node)
+        compile_check.judge(lambda: check_differential(self.spark_session(), spec))
+
     @available.parse(lambda *args, **kwargs: "")
     def ivm_forget_stream_table(self, relation: BaseRelation, catalog_schema: str) -> str:
         """dbt is dropping or renaming `relation`: the engine forgets it as a stream table."""

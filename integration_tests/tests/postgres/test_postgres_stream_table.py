@@ -346,6 +346,46 @@ class TestStreamTableInvalidQuery:
         assert relation_kind(project, "broken_totals") is None
 
 
+class TestDifferentialIsJudgedAtCompile:
+    """refresh_mode='differential' on a query the engine cannot maintain fails `dbt compile`, naming
+    the model and the construct; the same query in 'auto' compiles (and refreshes FULL)."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        body = "select id, amount from {{ ref('orders') }} order by amount desc limit 2\n"
+        return {
+            "top_orders.sql": "{{ config(materialized='stream_table', refresh_mode='differential') }}\n"
+            + body,
+            "top_orders_auto.sql": "{{ config(materialized='stream_table') }}\n" + body,
+            "orders_left.sql": (
+                "{{ config(materialized='stream_table', refresh_mode='differential') }}\n"
+                "select o.id, t.total from {{ ref('orders') }} o left join "
+                "(select customer_id, sum(amount) as total from {{ ref('orders') }} group by customer_id) t "
+                "on t.customer_id = o.customer_id\n"
+            ),
+        }
+
+    def test_compile_fails_naming_the_construct(self, project: Any) -> None:
+        run_dbt(["seed"])
+        # dbt compile stops at the first node that fails to compile.
+        with pytest.raises(Exception, match="LIMIT") as refused:
+            run_dbt(["compile", "--select", "top_orders"])
+        assert "top_orders" in str(refused.value) and "Compilation Error" in str(refused.value)
+        failed = only_result(run_dbt(["run", "--select", "top_orders"], expect_pass=False))
+        assert failed.status == "error" and "LIMIT" in failed.message
+        assert relation_kind(project, "top_orders") is None
+        run_dbt(["compile", "--select", "top_orders_auto", "orders_left"])
+        run_results = run_dbt(["run", "--select", "orders_left", "top_orders_auto"])
+        assert {r.node.name: r.status for r in run_results} == {
+            "orders_left": "success",
+            "top_orders_auto": "success",
+        }
+
+
 class TestStreamTablesSharingASource:
     """Two stream tables over one source, created by one `dbt run` on two threads."""
 

@@ -134,3 +134,26 @@ class TestThriftMethodIvmSpark(BaseSimpleMaterializations):
         super().test_base(project)
         rows = project.run_sql(f"describe table extended {project.test_schema}.swappable", fetch="all")
         assert {str(r[0]): str(r[1]) for r in rows}["Provider"] == "iceberg"
+
+
+class TestDifferentialIsJudgedAtCompile:
+    """refresh_mode='differential' on a query the engine cannot maintain fails `dbt compile`."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"people.csv": SEED}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        config = "{{ config(materialized='stream_table', refresh_mode='differential') }} "
+        return {
+            "top_people.sql": config + "select id, name from {{ ref('people') }} order by id limit 1",
+            "people_kept.sql": config + "select id, name from {{ ref('people') }} where id > 1",
+        }
+
+    def test_compile_fails_naming_the_construct(self, project: Any) -> None:
+        run_dbt(["seed"])
+        with pytest.raises(Exception, match="LIMIT") as refused:
+            run_dbt(["compile", "--select", "top_people"])
+        assert "top_people" in str(refused.value)
+        run_dbt(["compile", "--select", "people_kept"])
