@@ -40,7 +40,6 @@ import random
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +52,10 @@ from typing import Any, TypeVar
 
 import sqlglot
 from sqlglot import exp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_postgres import engine_version
 
 from dbt_ivm.spark.runner import run_stream_table
 from dbt_ivm.spark.session import SessionSettings, get_or_create_session
@@ -725,26 +728,6 @@ def plot(path: Path, title: str, streams: list[Stream]) -> None:
     plt.close(fig)
 
 
-def git_state() -> str:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--", "src"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return f"{head}{' + uncommitted changes under src/' if dirty else ''}"
-
-
 # --------------------------------------------------------------------------------------------------
 # Main
 
@@ -787,7 +770,7 @@ def main() -> int:
 
 
 def run(settings: SessionSettings, sf: float, numbers: list[int], args: argparse.Namespace) -> int:
-    engine = git_state()  # src/ may change while this runs: the code imported now is measured
+    engine = engine_version()  # src/ may change while this runs: the code imported now is measured
     log(f"TPC-H sf {sf} in DuckDB")
     con = tpch_connection(sf)
     texts = dict(con.execute("SELECT query_nr, query FROM tpch_queries()").fetchall())
