@@ -23,6 +23,10 @@ def bootstrap(db: Db, catalog: str) -> None:
         return  # created by an earlier run; columns are only ever added, NEWEST_COLUMN last
     with db.transaction():
         db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (BOOTSTRAP_LOCK,))
+        # Checked again under the lock: a concurrent run may have created everything meanwhile, and
+        # CREATE SCHEMA IF NOT EXISTS can still collide with a schema committed while we waited.
+        if db.value(newest_column, (qn(catalog, "stream_tables"),)):
+            return
         db.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
         db.execute(
             f"CREATE TABLE IF NOT EXISTS {s}.{q('stream_tables')} ("
