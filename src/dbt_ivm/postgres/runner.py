@@ -222,12 +222,13 @@ class PostgresBackend:
         self.db = db
         self.spec = spec
         self.started = time.monotonic()
+        self._registered: registry.Registered | None = None
 
     def serialized(self) -> AbstractContextManager[None]:
         return _refresh_lock(self.db, self.spec)
 
     def registered(self) -> lifecycle.Registered | None:
-        found = registry.lookup(self.db, self.spec.catalog_schema, _key(self.spec))
+        found = self._registered = registry.lookup(self.db, self.spec.catalog_schema, _key(self.spec))
         return None if found is None else lifecycle.Registered(found.defining_query, found.fingerprint)
 
     def table_exists(self) -> bool:
@@ -242,9 +243,8 @@ class PostgresBackend:
 
     def refresh(self, sql: str, started: float) -> RefreshResult:
         self.started = started
-        registered = registry.lookup(self.db, self.spec.catalog_schema, _key(self.spec))
-        assert registered is not None
-        return self._refresh(sql, registered)
+        assert self._registered is not None  # looked up by `registered`, under the refresh lock
+        return self._refresh(sql, self._registered)
 
     def record(self, fields: dict[str, object]) -> int | None:
         return registry.record(self.db, self.spec.catalog_schema, _key(self.spec), fields)
