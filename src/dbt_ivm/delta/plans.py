@@ -32,11 +32,13 @@ def context(ctx: Context) -> Context:
     return ctx
 
 
-def _render_derived(item: Derived, mode: Mode, ctx: Context) -> exp.Query:
+def _render_derived(item: Derived, mode: Mode, ctx: Context) -> exp.Expr:
     if mode == "delta":
         found = delta(item.plan, ctx)
         assert found is not None, "a changed derived item has a delta"
-        return found
+        return ctx.pinned(found)  # read by several terms
+    if mode == "before":
+        return contents(item.plan, ctx.as_before())
     return contents(item.plan, ctx)
 
 
@@ -89,13 +91,16 @@ def delta(plan: Plan, ctx: Context) -> exp.Query | None:
     left, right = delta(plan.left, ctx), delta(plan.right, ctx)
     if left is None and right is None:
         return None
-    return delta_setop(plan, left, right, contents(plan.left, ctx), contents(plan.right, ctx))
+    pinned_left = None if left is None else ctx.pinned(left)
+    pinned_right = None if right is None else ctx.pinned(right)
+    return delta_setop(plan, pinned_left, pinned_right, contents(plan.left, ctx), contents(plan.right, ctx))
 
 
 def _delta_aggregate(plan: Aggregate, ctx: Context) -> exp.Query | None:
-    changes = grouping.input_rows(plan, "delta", ctx)
-    if changes is None:
+    found = grouping.input_rows(plan, "delta", ctx)
+    if found is None:
         return None
+    changes = ctx.pinned(found)  # read twice: the touched keys, and the batch's own contribution
     keys = [grouping.group_columns(plan)[i].name for i in range(len(plan.group_by))]
     restrict = None
     if keys:

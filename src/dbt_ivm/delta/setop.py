@@ -41,7 +41,7 @@ def _cols(plan: SetOp, table: str | None) -> list[exp.Column]:
     return [exp.column(n, table, quoted=True) for n in plan.names]
 
 
-def _sided(plan: SetOp, query: exp.Query, names: tuple[str, ...], side: int, weighted: bool) -> exp.Query:
+def _sided(plan: SetOp, query: exp.Expr, names: tuple[str, ...], side: int, weighted: bool) -> exp.Query:
     alias = "__ivm_branch"
     columns: list[exp.Expr] = [
         exp.alias_(exp.column(n, alias, quoted=True), t, quoted=True)
@@ -91,8 +91,8 @@ def _same_values(plan: SetOp, left: str, right: str) -> exp.Expr:
 
 def delta_setop(
     plan: SetOp,
-    left_delta: exp.Query | None,
-    right_delta: exp.Query | None,
+    left_delta: exp.Expr | None,
+    right_delta: exp.Expr | None,
     left_now: exp.Query,
     right_now: exp.Query,
 ) -> exp.Query:

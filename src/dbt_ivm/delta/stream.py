@@ -118,6 +118,7 @@ def _stored_aggregate_delta(
     ).from_(aliased(changes, changes_alias))
     if plan.group_by:
         group_delta = group_delta.group_by(*grouping.group_columns(plan, changes_alias))
+    pinned = ctx.pinned(group_delta)  # read twice: the groups' old rows and their new ones
     delta_keys = [f'"d"."{group_placeholder(i)}"' for i in range(len(plan.group_by))]
     match = exp.condition(match_sql("s", layout.key, delta_keys, use_hash), dialect="postgres")
     table = parse_relation(stream_table, ctx.bindings.dialect)
@@ -137,7 +138,7 @@ def _stored_aggregate_delta(
             merged.append(exp.alias_(value, name, quoted=True))
     new = (
         exp.select(*merged)
-        .from_(aliased(group_delta.copy(), "d"))
+        .from_(aliased(pinned.copy(), "d"))
         .join(aliased(table.copy(), "s"), on=match.copy(), join_type="left")
     )
     types = ctx.call_types.get(id(plan), {})
@@ -150,7 +151,7 @@ def _stored_aggregate_delta(
             exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
         )
         .from_(aliased(table, "s"))
-        .join(aliased(group_delta, "d"), on=match, join_type="inner")
+        .join(aliased(pinned, "d"), on=match, join_type="inner")
     )
     added = exp.select(
         *[values[c] for c in layout.columns], exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True)

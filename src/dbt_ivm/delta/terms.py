@@ -1,8 +1,10 @@
-"""A relation's rows as a Z-set: a union of terms, each a product of its items read one of three ways.
+"""A relation's rows as a Z-set: a union of terms, each a product of its items read one of four ways.
 
 A term is ``sign · factors · (R1 × R2 × …) WHERE predicates`` where each Ri is an item read as its
 change set (``delta``: rows with ``__ivm_weight`` ±1), its current contents (``current``: weight 1),
-or as an absent partner (``null``: one row of NULLs, the padding of an outer join). A row's weight is
+its contents before the batch (``before``: weight 1; only where the backend can read an earlier
+state, see `Bindings.before`), or as an absent partner (``null``: one row of NULLs, the padding of an
+outer join). A row's weight is
 the sign times the delta weights times the factors (Z-set multiplication). Every delta rule takes and
 returns lists of terms, so rules compose by nesting; `term_select` renders one term as a sqlglot
 SELECT.
@@ -29,7 +31,7 @@ from dbt_ivm.catalog import TableInfo
 from dbt_ivm.plan.nodes import Derived, Item, Scan, scans_in
 from dbt_ivm.sqltext import WEIGHT
 
-Mode = Literal["current", "delta", "null"]
+Mode = Literal["current", "delta", "before", "null"]
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,17 @@ class Bindings:
     current: dict[str, str]  # table.qualified -> SQL relation text
     delta: dict[str, str] = field(default_factory=dict)  # absent: unchanged in this batch
     dialect: str = "postgres"
+    # Each changed source's state before the batch (Iceberg: the frontier snapshot). None: the backend
+    # has no earlier state to read, and rules derive it as current − delta.
+    before: dict[str, str] | None = None
 
     def changed(self, table: TableInfo) -> bool:
         return table.qualified in self.delta
+
+    def as_before(self) -> Bindings:
+        """Bindings whose current state is this batch's before state (no changes)."""
+        assert self.before is not None
+        return Bindings({**self.current, **self.before}, {}, self.dialect, {})
 
 
 @dataclass
@@ -50,12 +60,23 @@ class Context:
     """What rendering needs: the bindings, and a way to render derived items (set by `plans`)."""
 
     bindings: Bindings
-    render_derived: Callable[[Derived, Mode, Context], exp.Query] | None = None
+    render_derived: Callable[[Derived, Mode, Context], exp.Expr] | None = None
     # Result types of aggregate calls, by id() of their Aggregate node and call index (AVG's cast).
     call_types: dict[int, dict[int, exp.DataType]] = field(default_factory=dict)
+    # Computes a query now and returns a relation holding its rows: a backend whose planner would
+    # otherwise re-plan a subquery read twice (Spark) sets it; None keeps the query inline.
+    pin: Callable[[exp.Query], exp.Expr] | None = None
 
     def item_changed(self, item: Item) -> bool:
         return any(self.bindings.changed(s.table) for s in scans_in(item))
+
+    def pinned(self, query: exp.Query) -> exp.Expr:
+        """`query`, computed once where the backend can; else the query itself."""
+        return query if self.pin is None else self.pin(query)
+
+    def as_before(self) -> Context:
+        """A context whose current state is the state before the batch."""
+        return Context(self.bindings.as_before(), self.render_derived, self.call_types, self.pin)
 
 
 @dataclass(frozen=True)
@@ -108,6 +129,22 @@ class Term:
         return exp.Neg(this=exp.paren(product, copy=False)) if self.sign < 0 else product
 
 
+@dataclass(frozen=True)
+class Side:
+    """One input of a join over the batch: its change, its rows after the batch and, where the
+    backend can read them, before it; and the items it reads (an outer join pads them with NULLs)."""
+
+    delta: list[Term]
+    after: list[Term]
+    before: list[Term] | None
+    items: tuple[Item, ...]
+
+    @property
+    def before_terms(self) -> list[Term]:
+        """Its rows before the batch: read as such, or as after − delta (a Z-set difference)."""
+        return self.before if self.before is not None else self.after + [t.negated() for t in self.delta]
+
+
 def parse_relation(text: str, dialect: str) -> exp.Expr:
     """A relation text (a table name or a parenthesized query) as a FROM item."""
     select = sqlglot.parse_one(f"SELECT * FROM {text}", read=dialect)
@@ -129,8 +166,14 @@ def read_relation(read: Read, ctx: Context) -> exp.Expr:
     item = read.item
     mode: Mode = "current" if read.mode == "null" else read.mode
     if isinstance(item, Scan):
-        names = ctx.bindings.delta if mode == "delta" else ctx.bindings.current
-        relation = parse_relation(names[item.table.qualified], ctx.bindings.dialect)
+        name = item.table.qualified
+        if mode == "delta":
+            text = ctx.bindings.delta[name]
+        elif mode == "before" and ctx.bindings.before is not None and name in ctx.bindings.before:
+            text = ctx.bindings.before[name]
+        else:
+            text = ctx.bindings.current[name]
+        relation = parse_relation(text, ctx.bindings.dialect)
     else:
         assert ctx.render_derived is not None
         relation = ctx.render_derived(item, mode, ctx)

@@ -27,7 +27,7 @@ import dataclasses
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -37,14 +37,14 @@ from sqlglot import exp
 from dbt_ivm import lifecycle
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.delta import stream
-from dbt_ivm.delta.terms import Bindings, Context
+from dbt_ivm.delta.terms import Bindings, Context, parse_relation
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.layout import DUP, HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Plan, scans_in
 from dbt_ivm.reserved import renamed_select, source_relation_sql
 from dbt_ivm.spark import apply as spark_apply
-from dbt_ivm.spark import registry, source_changes
+from dbt_ivm.spark import registry, session_conf, source_changes
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable
 from dbt_ivm.spark.commit import Stamp, commit_with, current_stamp, stamp_without_data
@@ -148,7 +148,8 @@ def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
     registry.bootstrap(spark, spec.catalog_schema)
     views = TempViews(spark)
     try:
-        return lifecycle.run(SparkBackend(spark, spec, views))
+        with session_conf.overridden(spark, session_conf.CONSTRAINT_PROPAGATION, "false"):
+            return lifecycle.run(SparkBackend(spark, spec, views))
     finally:
         views.drop()
 
@@ -221,29 +222,63 @@ def _snapshots(spark: Any, sources: list[SparkTable]) -> dict[str, int]:
     return ends
 
 
+def _as_of(views: TempViews, purpose: str, source: SparkTable, snapshot: int) -> str:
+    """A view of `source` as of `snapshot`, its columns under the engine's internal names (reserved.py;
+    render() spells them for Spark)."""
+    selected = render(f"SELECT {renamed_select(source.info)}", "spark")
+    return bt(
+        views.view(purpose, f"{selected} FROM {_source_relation(source.info)} VERSION AS OF {snapshot}")
+    )
+
+
 def _current_bindings(views: TempViews, sources: list[SparkTable], ends: dict[str, int]) -> dict[str, str]:
     """Every source as of the batch's end snapshot (non-Iceberg sources: as they are now)."""
     current: dict[str, str] = {}
     for index, source in enumerate(sources):
-        relation = _source_relation(source.info)
         end = ends.get(source.info.qualified, NO_SNAPSHOT)
         if end == NO_SNAPSHOT:
             current[source.info.qualified] = render(source_relation_sql(source.info), "spark")
-            continue
-        # Columns under the engine's internal names (reserved.py); render() spells them for Spark.
-        selected = render(f"SELECT {renamed_select(source.info)}", "spark")
-        view = views.view(f"cur{index}", f"{selected} FROM {relation} VERSION AS OF {end}")
-        current[source.info.qualified] = bt(view)
+        else:
+            current[source.info.qualified] = _as_of(views, f"cur{index}", source, end)
     return current
 
 
-def _context(compiled: Compiled, bindings: Bindings) -> Context:
-    """A rendering context (Spark SQL) with the compiled aggregate result types."""
+def _before_bindings(
+    views: TempViews, changed: list[SparkTable], frontier: dict[str, int], current: dict[str, str]
+) -> dict[str, str]:
+    """Each changed source as of the frontier: the state its changes were read from."""
+    before: dict[str, str] = {}
+    for index, source in enumerate(changed):
+        name = source.info.qualified
+        start = frontier[name]
+        if start == NO_SNAPSHOT:  # no snapshot yet: it held no rows
+            before[name] = f"(SELECT * FROM {current[name]} WHERE FALSE)"
+        else:
+            before[name] = _as_of(views, f"before{index}", source, start)
+    return before
+
+
+def _context(compiled: Compiled, bindings: Bindings, views: TempViews | None = None) -> Context:
+    """A rendering context (Spark SQL) with the compiled aggregate result types; with `views`, a
+    subquery the delta reads more than once is computed once and pinned (Catalyst would plan and run
+    it once per reference)."""
     types = {
         node: {index: exp.DataType.build(t, dialect="spark") for index, t in calls.items()}
         for node, calls in compiled.call_types.items()
     }
-    return Context(bindings, call_types=types)
+    return Context(bindings, call_types=types, pin=None if views is None else _pinner(views))
+
+
+def _pinner(views: TempViews) -> Callable[[exp.Query], exp.Expr]:
+    pinned: dict[str, exp.Expr] = {}
+
+    def pin(query: exp.Query) -> exp.Expr:
+        sql = query.sql("spark")
+        if sql not in pinned:
+            pinned[sql] = parse_relation(bt(views.pinned(f"pin{len(pinned)}", sql)), "spark")
+        return pinned[sql].copy()
+
+    return pin
 
 
 def _contents(views: TempViews, compiled: Compiled, sql: str, ends: dict[str, int]) -> tuple[Layout, str]:
@@ -333,9 +368,11 @@ def _refresh(
         reason, changes = batch.full_reason, batch.changes_read
         slow_paths = "; ".join(batch.slow_paths) or None
         if reason is None:
-            query = stream.row_delta(
-                compiled.plan, compiled.layout, _context(compiled, bindings), _spark_relation(spec), False
+            bindings = dataclasses.replace(
+                bindings, before=_before_bindings(views, changed, frontier, bindings.current)
             )
+            context = _context(compiled, bindings, views)
+            query = stream.row_delta(compiled.plan, compiled.layout, context, _spark_relation(spec), False)
             delta = None if query is None else f"SELECT * FROM {q(views.view('delta', query.sql('spark')))}"
     relation = _relation(spec)
     if reason is None:
@@ -377,21 +414,11 @@ def _commit(spark: Any, spec: StreamTableSpec, prepared: spark_apply.Prepared, s
     _kill_point("after_merge")
 
 
-# Spark's runtime group filter first joins the batch with the stream table to find the files to
-# rewrite: one more scan of the table, for a batch that touches most of its few files anyway.
-GROUP_FILTER = "spark.sql.optimizer.runtime.rowLevelOperationGroupFilter.enabled"
-
-
 def _merge(spark: Any, merge: str) -> None:
-    previous = spark.conf.get(GROUP_FILTER, None)
-    spark.conf.set(GROUP_FILTER, "false")
-    try:
+    # The runtime group filter first joins the batch with the stream table to find the files to
+    # rewrite: one more scan of the table, for a batch that touches most of its few files anyway.
+    with session_conf.overridden(spark, session_conf.GROUP_FILTER, "false"):
         spark.sql(merge)
-    finally:
-        if previous is None:
-            spark.conf.unset(GROUP_FILTER)
-        else:
-            spark.conf.set(GROUP_FILTER, previous)
 
 
 def _full_reason(

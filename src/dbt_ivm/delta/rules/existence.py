@@ -7,21 +7,23 @@ A row's fate depends on R only through "has a partner", so with L_before = L' �
     Δ(L ▷ R) = ΔL · [∄ partner in R']  −  L_before · ([∃ in R'] − [∃ in R_before])
 
 The second part only concerns rows of L with a partner among R's changed rows: only they can have
-gained their first partner or lost their last. R_before has a partner when the partners counted in
-R' outnumber the weights of the changed partners (R_before = R' − ΔR, as a Z-set). Following one
+gained their first partner or lost their last. Where the backend can read R as it was, R_before is
+probed like R'; otherwise R_before has a partner when the partners counted in R' outnumber the
+weights of the changed partners (R_before = R' − ΔR, as a Z-set). Following one
 row: with ``orders o WHERE NOT EXISTS (returns r WHERE r.order_id = o.id)``, inserting the first
 return of order 7 finds order 7 among L's rows with a changed partner; it has one partner now and
 had none before, so it gets weight −1 and leaves the stream table.
 
 >>> from sqlglot import exp
 >>> from dbt_ivm.catalog import TableInfo
->>> from dbt_ivm.delta.terms import Bindings, Context, term_select
+>>> from dbt_ivm.delta.terms import Bindings, Context, Side, term_select
 >>> from dbt_ivm.delta.rules.item import after_item, delta_item
 >>> from dbt_ivm.plan.nodes import Scan
 >>> o, r = Scan(0, "o", TableInfo("public", "orders", ())), Scan(1, "r", TableInfo("public", "returns", ()))
 >>> ctx = Context(Bindings({"public.orders": "orders", "public.returns": "returns"}, {"public.orders": "d_o"}))
 >>> c = exp.condition("r.order_id = o.id")
->>> [term] = delta_existence("anti", delta_item(o, ctx), after_item(o), [], after_item(r), c, ctx)
+>>> orders, returns = Side(delta_item(o, ctx), after_item(o), None, (o,)), Side([], after_item(r), None, (r,))
+>>> [term] = delta_existence("anti", orders, returns, c, ctx)
 >>> print(term_select(term, [exp.column("id", "o")], ctx).sql("postgres"))
 SELECT o.id, "o"."__ivm_weight" AS "__ivm_weight" FROM d_o AS "o" WHERE NOT EXISTS(SELECT 1 FROM returns AS "r" WHERE r.order_id = o.id)
 """
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dbt_ivm.delta.terms import Context, Term, term_from
+from dbt_ivm.delta.terms import Context, Side, Term, term_from
 
 
 def exists(terms: list[Term], condition: exp.Expr | None, ctx: Context) -> exp.Expr:
@@ -71,26 +73,22 @@ def after_existence(
 
 
 def delta_existence(
-    kind: str,
-    left_delta: list[Term],
-    left_after: list[Term],
-    right_delta: list[Term],
-    right_after: list[Term],
-    condition: exp.Expr | None,
-    ctx: Context,
+    kind: str, left: Side, right: Side, condition: exp.Expr | None, ctx: Context
 ) -> list[Term]:
-    terms = after_existence(kind, left_delta, right_after, condition, ctx)
-    if not right_delta:
+    terms = after_existence(kind, left.delta, right.after, condition, ctx)
+    if not right.delta:
         return terms
-    partners_now = weight_sum(right_after, condition, ctx)
-    partners_before = exp.Sub(this=partners_now.copy(), expression=weight_sum(right_delta, condition, ctx))
     zero = exp.Literal.number(0)
-    gained = exp.Sub(  # [∃ in R'] − [∃ in R_before]
-        this=_indicator(exp.GT(this=partners_now, expression=zero)),
-        expression=_indicator(exp.GT(this=exp.paren(partners_before, copy=False), expression=zero.copy())),
-    )
+    if right.before is not None:
+        has_now, had = exists(right.after, condition, ctx), exists(right.before, condition, ctx)
+    else:
+        partners_now = weight_sum(right.after, condition, ctx)
+        changed = weight_sum(right.delta, condition, ctx)
+        partners_before = exp.Sub(this=partners_now.copy(), expression=changed)
+        has_now = exp.GT(this=partners_now, expression=zero)
+        had = exp.GT(this=exp.paren(partners_before, copy=False), expression=zero.copy())
+    gained = exp.Sub(this=_indicator(has_now), expression=_indicator(had))  # [∃ in R'] − [∃ in R_before]
     flip = gained if kind == "semi" else exp.Neg(this=exp.paren(gained, copy=False))
-    touched = exists(right_delta, condition, ctx)
-    before = left_after + [t.negated() for t in left_delta]
-    terms += [t.where(touched.copy()).scaled(flip.copy()) for t in before]
+    touched = exists(right.delta, condition, ctx)
+    terms += [t.where(touched.copy()).scaled(flip.copy()) for t in left.before_terms]
     return terms

@@ -1,27 +1,33 @@
-"""Delta rule for an inner join: with new states L' = L + ΔL and R' = R + ΔR,
+"""Delta rule for an inner join. With L' = L + ΔL and R' = R + ΔR (L, R: the states before):
 
-    Δ(L ⋈ R) = ΔL ⋈ R' + L' ⋈ ΔR − ΔL ⋈ ΔR
+    Δ(L ⋈ R) = ΔL ⋈ R + L' ⋈ ΔR                       where R can be read as it was
+    Δ(L ⋈ R) = ΔL ⋈ R' + L' ⋈ ΔR − ΔL ⋈ ΔR            otherwise (R = R' − ΔR expanded)
 
-correct when both sides change in one batch. Applied down a chain of joins this is the
-inclusion–exclusion sum over the changed inputs; an unchanged side contributes no term, so a batch
-touching one table of an n-way join yields one term.
+both correct when both sides change in one batch. Down a left-deep chain of n joins the first form
+telescopes: one term per changed input, ``A' ⋈ … ⋈ ΔAᵢ ⋈ Aᵢ₊₁ ⋈ … ⋈ Aₙ`` (later inputs as they
+were). The second is the inclusion–exclusion sum, up to 2ᵏ − 1 terms for k changed inputs, which a
+planner like Catalyst pays for in every term. An unchanged side contributes no term either way.
 
 >>> from dbt_ivm.catalog import TableInfo
->>> from dbt_ivm.delta.terms import Bindings, Context
->>> from dbt_ivm.delta.rules.item import after_item, delta_item
+>>> from dbt_ivm.delta.terms import Bindings, Context, Side
+>>> from dbt_ivm.delta.rules.item import after_item, before_item, delta_item
 >>> from dbt_ivm.plan.nodes import Scan
 >>> o, c = Scan(0, "o", TableInfo("public", "orders", ())), Scan(1, "c", TableInfo("public", "customers", ()))
 >>> ctx = Context(Bindings({}, {"public.orders": "do", "public.customers": "dc"}))
->>> terms = delta_inner_join(delta_item(o, ctx), after_item(o), delta_item(c, ctx), after_item(c), None)
->>> [(t.sign, [r.mode for r in t.reads]) for t in terms]
+>>> sides = [Side(delta_item(s, ctx), after_item(s), None, (s,)) for s in (o, c)]
+>>> [(t.sign, [r.mode for r in t.reads]) for t in delta_inner_join(*sides, None)]
 [(1, ['delta', 'current']), (1, ['current', 'delta']), (-1, ['delta', 'delta'])]
+>>> ctx = Context(Bindings({}, {"public.orders": "do", "public.customers": "dc"}, before={}))
+>>> sides = [Side(delta_item(s, ctx), after_item(s), before_item(s, ctx), (s,)) for s in (o, c)]
+>>> [(t.sign, [r.mode for r in t.reads]) for t in delta_inner_join(*sides, None)]
+[(1, ['delta', 'before']), (1, ['current', 'delta'])]
 """
 
 from __future__ import annotations
 
 from sqlglot import exp
 
-from dbt_ivm.delta.terms import Term
+from dbt_ivm.delta.terms import Side, Term
 
 
 def product(left: list[Term], right: list[Term], condition: exp.Expr | None) -> list[Term]:
@@ -34,14 +40,10 @@ def after_inner_join(left: list[Term], right: list[Term], condition: exp.Expr | 
     return product(left, right, condition)
 
 
-def delta_inner_join(
-    left_delta: list[Term],
-    left_after: list[Term],
-    right_delta: list[Term],
-    right_after: list[Term],
-    condition: exp.Expr | None,
-) -> list[Term]:
-    terms = product(left_delta, right_after, condition)
-    terms += product(left_after, right_delta, condition)
-    terms += [t.negated() for t in product(left_delta, right_delta, condition)]
+def delta_inner_join(left: Side, right: Side, condition: exp.Expr | None) -> list[Term]:
+    if right.before is not None:
+        return product(left.delta, right.before, condition) + product(left.after, right.delta, condition)
+    terms = product(left.delta, right.after, condition)
+    terms += product(left.after, right.delta, condition)
+    terms += [t.negated() for t in product(left.delta, right.delta, condition)]
     return terms

@@ -3,6 +3,8 @@
     Δ(Scan orders)  =  SELECT * FROM <orders' changes> AS orders      -- weights ±1
 
 A derived item's change set is its plan's delta (`dbt_ivm.delta.plans`), read under the item's alias.
+Where the backend can read a source's state before the batch (Iceberg's frontier snapshot), a changed
+item can also be read as it was (`before_item`); a derived item is then its plan over those states.
 
 >>> from dbt_ivm.catalog import TableInfo
 >>> from dbt_ivm.delta.terms import Bindings, Context
@@ -22,6 +24,11 @@ from dbt_ivm.plan.nodes import Item
 
 def after_item(item: Item) -> list[Term]:
     return [Term((Read(item, "current"),))]
+
+
+def before_item(item: Item, ctx: Context) -> list[Term]:
+    """Its rows before the batch, where the backend can read them (an unchanged item: its rows)."""
+    return [Term((Read(item, "before"),))] if ctx.item_changed(item) else after_item(item)
 
 
 def delta_item(item: Item, ctx: Context) -> list[Term]:

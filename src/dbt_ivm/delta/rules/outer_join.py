@@ -11,12 +11,12 @@ order of customer 7 joined with it (inner part) and −1 for each of those order
 
 >>> from sqlglot import exp
 >>> from dbt_ivm.catalog import TableInfo
->>> from dbt_ivm.delta.terms import Bindings, Context
+>>> from dbt_ivm.delta.terms import Bindings, Context, Side
 >>> from dbt_ivm.delta.rules.item import after_item, delta_item
 >>> from dbt_ivm.plan.nodes import Scan
 >>> o, c = Scan(0, "o", TableInfo("public", "orders", ())), Scan(1, "c", TableInfo("public", "customers", ()))
 >>> ctx = Context(Bindings({"public.orders": "orders", "public.customers": "customers"}, {"public.customers": "d_c"}))
->>> sides = (delta_item(o, ctx), after_item(o), [o], delta_item(c, ctx), after_item(c), [c])
+>>> sides = [Side(delta_item(s, ctx), after_item(s), None, (s,)) for s in (o, c)]
 >>> terms = delta_outer_join("left", *sides, exp.condition("o.customer_id = c.id"), ctx)
 >>> [([r.mode for r in t.reads], len(t.factors)) for t in terms]
 [(['current', 'delta'], 0), (['current', 'null'], 1)]
@@ -30,7 +30,7 @@ from sqlglot import exp
 
 from dbt_ivm.delta.rules.existence import after_existence, delta_existence
 from dbt_ivm.delta.rules.inner_join import after_inner_join, delta_inner_join
-from dbt_ivm.delta.terms import Context, Term
+from dbt_ivm.delta.terms import Context, Side, Term
 from dbt_ivm.plan.nodes import Item
 
 
@@ -56,21 +56,11 @@ def after_outer_join(
 
 
 def delta_outer_join(
-    kind: str,
-    left_delta: list[Term],
-    left_after: list[Term],
-    left_items: Sequence[Item],
-    right_delta: list[Term],
-    right_after: list[Term],
-    right_items: Sequence[Item],
-    condition: exp.Expr | None,
-    ctx: Context,
+    kind: str, left: Side, right: Side, condition: exp.Expr | None, ctx: Context
 ) -> list[Term]:
-    terms = delta_inner_join(left_delta, left_after, right_delta, right_after, condition)
-    if kind in ("left", "full") and (left_delta or right_delta):
-        unmatched = delta_existence("anti", left_delta, left_after, right_delta, right_after, condition, ctx)
-        terms += _padded(unmatched, right_items)
-    if kind in ("right", "full") and (left_delta or right_delta):
-        unmatched = delta_existence("anti", right_delta, right_after, left_delta, left_after, condition, ctx)
-        terms += _padded(unmatched, left_items)
+    terms = delta_inner_join(left, right, condition)
+    if kind in ("left", "full"):
+        terms += _padded(delta_existence("anti", left, right, condition, ctx), right.items)
+    if kind in ("right", "full"):
+        terms += _padded(delta_existence("anti", right, left, condition, ctx), left.items)
     return terms
