@@ -80,8 +80,16 @@ class Context:
 
 
 @dataclass(frozen=True)
+class Computed:
+    """Rows a rule computes for itself from the batch (its changes grouped by join key), read as is."""
+
+    alias: str
+    query: exp.Query
+
+
+@dataclass(frozen=True)
 class Read:
-    item: Item
+    item: Item | Computed
     mode: Mode
 
 
@@ -165,7 +173,9 @@ def read_relation(read: Read, ctx: Context) -> exp.Expr:
     """The relation a read stands for, aliased as its item."""
     item = read.item
     mode: Mode = "current" if read.mode == "null" else read.mode
-    if isinstance(item, Scan):
+    if isinstance(item, Computed):
+        relation: exp.Expr = item.query
+    elif isinstance(item, Scan):
         name = item.table.qualified
         if mode == "delta":
             text = ctx.bindings.delta[name]

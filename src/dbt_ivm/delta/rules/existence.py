@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dbt_ivm.delta.rules.partners import changed_partners, gained_partner
 from dbt_ivm.delta.terms import Context, Side, Term, term_from
 
 
@@ -78,6 +79,14 @@ def delta_existence(
     terms = after_existence(kind, left.delta, right.after, condition, ctx)
     if not right.delta:
         return terms
+    sign = 1 if kind == "semi" else -1
+    grouped = None if right.before is not None else changed_partners(left, right, condition, ctx)
+    if grouped is not None:
+        # Equi-join: the rows of L joined with R's changes summed per join key (one row per key).
+        partners, on = grouped
+        count_now, exists_now = weight_sum(right.after, condition, ctx), exists(right.after, condition, ctx)
+        flip = gained_partner(count_now, exists_now, partners, sign)
+        return terms + [t.times(partners).where(on.copy()).scaled(flip.copy()) for t in left.before_terms]
     zero = exp.Literal.number(0)
     if right.before is not None:
         has_now, had = exists(right.after, condition, ctx), exists(right.before, condition, ctx)
@@ -88,7 +97,7 @@ def delta_existence(
         has_now = exp.GT(this=partners_now, expression=zero)
         had = exp.GT(this=exp.paren(partners_before, copy=False), expression=zero.copy())
     gained = exp.Sub(this=_indicator(has_now), expression=_indicator(had))  # [∃ in R'] − [∃ in R_before]
-    flip = gained if kind == "semi" else exp.Neg(this=exp.paren(gained, copy=False))
+    flip = gained if sign > 0 else exp.Neg(this=exp.paren(gained, copy=False))
     touched = exists(right.delta, condition, ctx)
     terms += [t.where(touched.copy()).scaled(flip.copy()) for t in left.before_terms]
     return terms

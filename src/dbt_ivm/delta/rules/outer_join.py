@@ -7,7 +7,8 @@
 so Δ(L ⟕ R) = Δ(L ⋈ R) + pad_R(Δ(L ▷ R)), each part by its own rule. Following one row: with
 ``orders o LEFT JOIN customers c ON o.customer_id = c.id``, inserting customer 7 adds +1 for each
 order of customer 7 joined with it (inner part) and −1 for each of those orders padded with NULLs
-(the anti-join part: they just found their first partner); the null-extended row is replaced.
+(the anti-join part: they just found their first partner); the null-extended row is replaced. The
+anti-join part reads the orders joined to the customers' changes summed per key (`partners`).
 
 >>> from sqlglot import exp
 >>> from dbt_ivm.catalog import TableInfo
@@ -19,7 +20,7 @@ order of customer 7 joined with it (inner part) and −1 for each of those order
 >>> sides = [Side(delta_item(s, ctx), after_item(s), None, (s,)) for s in (o, c)]
 >>> terms = delta_outer_join("left", *sides, exp.condition("o.customer_id = c.id"), ctx)
 >>> [([r.mode for r in t.reads], len(t.factors)) for t in terms]
-[(['current', 'delta'], 0), (['current', 'null'], 1)]
+[(['current', 'delta'], 0), (['current', 'current', 'null'], 1)]
 """
 
 from __future__ import annotations

@@ -1,0 +1,125 @@
+"""For the existence rule over an equi-join: R's changes summed per join key, joined to L's rows.
+
+When the condition of ``L ⋉ R`` is a conjunction of ``r_expr = l_expr`` pairs (plus filters on one
+side), whether a row of L has a partner depends only on its key. The batch's changes to R are summed
+per key, ``P(k, w)``, with ``w`` the net change in k's partner count, and L's rows are joined to P on
+the key: one row of P per key, so L's rows are not repeated, and no per-row scan of R's changes
+(PostgreSQL would rescan an unindexed change table for every row of L it probes). With ``n`` the
+partner count now, the count before was ``n − w`` (≥ 0), so a row gained its first partner when
+``w > 0 ∧ n ≤ w``, and lost its last when ``w < 0 ∧ n = 0``.
+
+>>> from sqlglot import exp
+>>> from dbt_ivm.catalog import TableInfo
+>>> from dbt_ivm.delta.terms import Bindings, Context, Side, term_select
+>>> from dbt_ivm.delta.rules.item import after_item, delta_item
+>>> from dbt_ivm.plan.nodes import Scan
+>>> c, o = Scan(0, "c", TableInfo("public", "customers", ())), Scan(1, "o", TableInfo("public", "orders", ()))
+>>> ctx = Context(Bindings({"public.customers": "customers", "public.orders": "orders"}, {"public.orders": "d_o"}))
+>>> customers, orders = Side([], after_item(c), None, (c,)), Side(delta_item(o, ctx), after_item(o), None, (o,))
+>>> partners, on = changed_partners(customers, orders, exp.condition("o.customer_id = c.id AND o.amount > 0"), ctx)
+>>> print(term_select(partners, [exp.column("__ivm_k0", "__ivm_partners1", quoted=True)], ctx, weighted=False).sql("postgres"))
+SELECT "__ivm_partners1"."__ivm_k0" FROM (SELECT "__ivm_changed"."__ivm_k0", SUM("__ivm_changed"."__ivm_weight") AS "__ivm_weight" FROM (SELECT o.customer_id AS "__ivm_k0", "o"."__ivm_weight" AS "__ivm_weight" FROM d_o AS "o" WHERE o.amount > 0) AS "__ivm_changed" GROUP BY "__ivm_changed"."__ivm_k0" HAVING SUM("__ivm_changed"."__ivm_weight") <> 0) AS "__ivm_partners1"
+>>> on.sql("postgres")
+'c.id = "__ivm_partners1"."__ivm_k0"'
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dbt_ivm.delta.terms import (
+    Computed,
+    Context,
+    Read,
+    Side,
+    Term,
+    aliased,
+    conjunction,
+    term_select,
+    union_all,
+)
+from dbt_ivm.sqltext import WEIGHT
+
+CHANGED = "__ivm_changed"
+
+
+def _aliases(side: Side) -> set[str]:
+    return {item.alias for item in side.items}
+
+
+def _split(
+    condition: exp.Expr, left: set[str], right: set[str]
+) -> tuple[list[tuple[exp.Expr, exp.Expr]], list[exp.Expr], list[exp.Expr]] | None:
+    """(right key, left key) pairs, right-only filters and left-only filters; None when a conjunct
+    is none of these (a correlated non-equality, a subquery)."""
+    keys: list[tuple[exp.Expr, exp.Expr]] = []
+    right_only: list[exp.Expr] = []
+    left_only: list[exp.Expr] = []
+    for part in condition.flatten() if isinstance(condition, exp.And) else [condition]:
+        if part.find(exp.Query, exp.Subquery) is not None:
+            return None
+        tables = {c.table for c in part.find_all(exp.Column)}
+        if "" in tables:
+            return None
+        if isinstance(part, exp.EQ):
+            a = {c.table for c in part.this.find_all(exp.Column)}
+            b = {c.table for c in part.expression.find_all(exp.Column)}
+            if a and b and a <= right and b <= left:
+                keys.append((part.this, part.expression))
+                continue
+            if a and b and a <= left and b <= right:
+                keys.append((part.expression, part.this))
+                continue
+        if tables <= right:
+            right_only.append(part)
+        elif tables <= left:
+            left_only.append(part)
+        else:
+            return None
+    return (keys, right_only, left_only) if keys else None
+
+
+def changed_partners(
+    left: Side, right: Side, condition: exp.Expr | None, ctx: Context
+) -> tuple[Term, exp.Expr] | None:
+    """P(k, w) as a term, and the condition joining L's rows to it; None: not an equi-join."""
+    left_aliases, right_aliases = _aliases(left), _aliases(right)
+    if condition is None or left_aliases & right_aliases or not right.items:
+        return None
+    split = _split(condition, left_aliases, right_aliases)
+    if split is None:
+        return None
+    keys, right_only, left_only = split
+    names = [f"__ivm_k{i}" for i in range(len(keys))]
+    projections = [exp.alias_(r.copy(), n, quoted=True) for (r, _), n in zip(keys, names, strict=True)]
+    changes = union_all([term_select(t.where(*right_only), projections, ctx) for t in right.delta])
+    summed = exp.func("SUM", exp.column(WEIGHT, CHANGED, quoted=True))
+    grouped = (
+        exp.select(*[exp.column(n, CHANGED, quoted=True) for n in names])
+        .select(exp.alias_(summed, WEIGHT, quoted=True))
+        .from_(aliased(changes, CHANGED))
+        .group_by(*[exp.column(n, CHANGED, quoted=True) for n in names])
+        .having(exp.NEQ(this=summed.copy(), expression=exp.Literal.number(0)))
+    )
+    alias = f"__ivm_partners{right.items[0].position}"
+    matches = [
+        exp.EQ(this=lk.copy(), expression=exp.column(n, alias, quoted=True))
+        for (_, lk), n in zip(keys, names, strict=True)
+    ]
+    on = conjunction([*matches, *[p.copy() for p in left_only]])
+    assert on is not None
+    return Term((Read(Computed(alias, grouped), "current"),)), on
+
+
+def gained_partner(count_now: exp.Expr, exists_now: exp.Expr, partners: Term, sign: int) -> exp.Expr:
+    """sign · ([has a partner now] − [had one before]) for a row joined to `partners`' key."""
+    [read] = partners.reads
+    net = exp.column(WEIGHT, read.item.alias, quoted=True)
+    zero = exp.Literal.number(0)
+    gained = exp.case().when(exp.LTE(this=count_now, expression=net.copy()), exp.Literal.number(sign))
+    lost = exp.case().when(exp.not_(exists_now), exp.Literal.number(-sign))
+    return (
+        exp.case()
+        .when(exp.GT(this=net, expression=zero), gained.else_(zero.copy()))
+        .else_(lost.else_(zero.copy()))
+    )
