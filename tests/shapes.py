@@ -108,6 +108,21 @@ def streams(s: str) -> dict[str, str]:
             f"SELECT o.id, o.amount FROM {s}.orders o "
             f"WHERE NOT EXISTS (SELECT 1 FROM {s}.returns r WHERE r.order_id = o.id)"
         ),
+        # correlation with a filter on each side, inside the subquery
+        "exists_filtered_both_sides": (
+            f"SELECT c.id, c.name FROM {s}.customers c WHERE EXISTS (SELECT 1 FROM {s}.orders o "
+            f"WHERE o.customer_id = c.id AND o.amount > 20 AND c.tier = 'premium')"
+        ),
+        # the subquery is a join: its changes come from two tables
+        "not_exists_over_join": (
+            f"SELECT c.id, c.tier FROM {s}.customers c WHERE NOT EXISTS (SELECT 1 FROM {s}.orders o "
+            f"JOIN {s}.returns r ON r.order_id = o.id WHERE o.customer_id = c.id)"
+        ),
+        # an expression as the key, NULLs among events.v
+        "exists_expression_key": (
+            f"SELECT o.id, o.customer_id FROM {s}.orders o "
+            f"WHERE EXISTS (SELECT 1 FROM {s}.events e WHERE e.v = o.customer_id + 1)"
+        ),
         "in_subquery": (
             f"SELECT o.id, o.customer_id FROM {s}.orders o "
             f"WHERE o.customer_id IN (SELECT c.id FROM {s}.customers c WHERE c.tier = 'premium')"

@@ -84,8 +84,7 @@ def delta_existence(
     if grouped is not None:
         # Equi-join: the rows of L joined with R's changes summed per join key (one row per key).
         partners, on = grouped
-        count_now, exists_now = weight_sum(right.after, condition, ctx), exists(right.after, condition, ctx)
-        flip = gained_partner(count_now, exists_now, partners, sign)
+        flip = gained_partner(weight_sum(right.after, condition, ctx), partners, sign)
         return terms + [t.times(partners).where(on.copy()).scaled(flip.copy()) for t in left.before_terms]
     zero = exp.Literal.number(0)
     if right.before is not None:

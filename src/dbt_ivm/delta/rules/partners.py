@@ -25,6 +25,8 @@ SELECT "__ivm_partners1"."__ivm_k0" FROM (SELECT "__ivm_changed"."__ivm_k0", SUM
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlglot import exp
 
 from dbt_ivm.delta.terms import (
@@ -47,15 +49,27 @@ def _aliases(side: Side) -> set[str]:
     return {item.alias for item in side.items}
 
 
+def _conjuncts(predicates: list[exp.Expr]) -> list[exp.Expr]:
+    """The AND-ed parts of `predicates`, parentheses removed."""
+    parts: list[exp.Expr] = []
+    for predicate in predicates:
+        bare = predicate.unnest()
+        if isinstance(bare, exp.And):
+            parts += _conjuncts([bare.this, bare.expression])
+        else:
+            parts.append(bare)
+    return parts
+
+
 def _split(
-    condition: exp.Expr, left: set[str], right: set[str]
+    parts: list[exp.Expr], left: set[str], right: set[str]
 ) -> tuple[list[tuple[exp.Expr, exp.Expr]], list[exp.Expr], list[exp.Expr]] | None:
     """(right key, left key) pairs, right-only filters and left-only filters; None when a conjunct
     is none of these (a correlated non-equality, a subquery)."""
     keys: list[tuple[exp.Expr, exp.Expr]] = []
     right_only: list[exp.Expr] = []
     left_only: list[exp.Expr] = []
-    for part in condition.flatten() if isinstance(condition, exp.And) else [condition]:
+    for part in parts:
         if part.find(exp.Query, exp.Subquery) is not None:
             return None
         tables = {c.table for c in part.find_all(exp.Column)}
@@ -79,45 +93,65 @@ def _split(
     return (keys, right_only, left_only) if keys else None
 
 
+def _texts(expressions: list[exp.Expr]) -> list[str]:
+    return [e.sql() for e in expressions]
+
+
 def changed_partners(
     left: Side, right: Side, condition: exp.Expr | None, ctx: Context
 ) -> tuple[Term, exp.Expr] | None:
-    """P(k, w) as a term, and the condition joining L's rows to it; None: not an equi-join."""
+    """P(k, w) as a term, and the condition joining L's rows to it; None: not an equi-join.
+
+    The correlation may be the join's condition or, for a subquery, a filter inside R: each of R's
+    change terms is split, and all must correlate on the same keys of L."""
     left_aliases, right_aliases = _aliases(left), _aliases(right)
-    if condition is None or left_aliases & right_aliases or not right.items:
+    if left_aliases & right_aliases or not right.items:
         return None
-    split = _split(condition, left_aliases, right_aliases)
-    if split is None:
-        return None
-    keys, right_only, left_only = split
-    names = [f"__ivm_k{i}" for i in range(len(keys))]
-    projections = [exp.alias_(r.copy(), n, quoted=True) for (r, _), n in zip(keys, names, strict=True)]
-    changes = union_all([term_select(t.where(*right_only), projections, ctx) for t in right.delta])
+    given = _conjuncts([condition] if condition is not None else [])
+    splits = []
+    for term in right.delta:
+        factor_tables = {c.table for f in term.factors for c in f.find_all(exp.Column)}
+        split = _split(given + _conjuncts(list(term.predicates)), left_aliases, right_aliases)
+        if split is None or factor_tables & left_aliases:
+            return None
+        splits.append((term, split))
+    first_keys, _, first_left_only = splits[0][1]
+    left_keys = _texts([lk for _, lk in first_keys])
+    for _, (keys, _, left_only) in splits[1:]:
+        if _texts([lk for _, lk in keys]) != left_keys or _texts(left_only) != _texts(first_left_only):
+            return None
+    names = [f"__ivm_k{i}" for i in range(len(first_keys))]
+    selects = []
+    for term, (keys, right_only, _) in splits:
+        projections = [exp.alias_(r.copy(), n, quoted=True) for (r, _), n in zip(keys, names, strict=True)]
+        selects.append(term_select(replace(term, predicates=tuple(right_only)), projections, ctx))
     summed = exp.func("SUM", exp.column(WEIGHT, CHANGED, quoted=True))
     grouped = (
         exp.select(*[exp.column(n, CHANGED, quoted=True) for n in names])
         .select(exp.alias_(summed, WEIGHT, quoted=True))
-        .from_(aliased(changes, CHANGED))
+        .from_(aliased(union_all(selects), CHANGED))
         .group_by(*[exp.column(n, CHANGED, quoted=True) for n in names])
         .having(exp.NEQ(this=summed.copy(), expression=exp.Literal.number(0)))
     )
     alias = f"__ivm_partners{right.items[0].position}"
     matches = [
         exp.EQ(this=lk.copy(), expression=exp.column(n, alias, quoted=True))
-        for (_, lk), n in zip(keys, names, strict=True)
+        for (_, lk), n in zip(first_keys, names, strict=True)
     ]
-    on = conjunction([*matches, *[p.copy() for p in left_only]])
+    on = conjunction([*matches, *[p.copy() for p in first_left_only]])
     assert on is not None
     return Term((Read(Computed(alias, grouped), "current"),)), on
 
 
-def gained_partner(count_now: exp.Expr, exists_now: exp.Expr, partners: Term, sign: int) -> exp.Expr:
-    """sign · ([has a partner now] − [had one before]) for a row joined to `partners`' key."""
+def gained_partner(count_now: exp.Expr, partners: Term, sign: int) -> exp.Expr:
+    """sign · ([has a partner now] − [had one before]) for a row joined to `partners`' key. The count
+    appears in both arms of the CASE, and each row evaluates one (a correlated count, which an index
+    answers: an EXISTS here could be planned as a hash of all of R)."""
     [read] = partners.reads
     net = exp.column(WEIGHT, read.item.alias, quoted=True)
     zero = exp.Literal.number(0)
-    gained = exp.case().when(exp.LTE(this=count_now, expression=net.copy()), exp.Literal.number(sign))
-    lost = exp.case().when(exp.not_(exists_now), exp.Literal.number(-sign))
+    gained = exp.case().when(exp.LTE(this=count_now.copy(), expression=net.copy()), exp.Literal.number(sign))
+    lost = exp.case().when(exp.EQ(this=count_now, expression=zero.copy()), exp.Literal.number(-sign))
     return (
         exp.case()
         .when(exp.GT(this=net, expression=zero), gained.else_(zero.copy()))
