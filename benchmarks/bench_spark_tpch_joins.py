@@ -412,9 +412,7 @@ def profiled(spark: Any) -> Iterator[Profile]:
         return action
 
     import dbt_ivm.delta.stream
-    import dbt_ivm.spark.apply
     import dbt_ivm.spark.runner
-    import dbt_ivm.spark.source_changes
 
     def clocked(label: str, function: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -444,8 +442,6 @@ def profiled(spark: Any) -> Iterator[Profile]:
         (dbt_ivm.delta.stream, "row_delta", row_delta),
         (dbt_ivm.spark.runner, "build_plan", clocked("build_plan", dbt_ivm.spark.runner.build_plan)),
     ]
-    for module in (dbt_ivm.spark.runner, dbt_ivm.spark.apply, dbt_ivm.spark.source_changes):
-        patched.append((module, "render", clocked("render() (sqlglot transpile)", module.render)))
     saved = [(module, name, getattr(module, name)) for module, name, _ in patched]
     for module, name, replacement in patched:
         setattr(module, name, replacement)

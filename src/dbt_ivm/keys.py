@@ -5,41 +5,97 @@ an index scan. So the stream table stores ``__ivm_hash`` (hash_record_extended o
 hashes equal values equally, e.g. 1.0 and 1.00) with an index, and a match is
 ``hash = hash AND every key column IS NOT DISTINCT FROM``: the hash finds candidates fast, the real
 key decides. Spark's ``<=>`` is itself a join key, so it needs no hash.
+
+>>> other = [exp.column("k", "r", quoted=True)]
+>>> match("t", ["k"], other, POSTGRES).sql("postgres")
+'"t"."__ivm_hash" = HASH_RECORD_EXTENDED(ROW("r"."k"), 0) AND "t"."k" IS NOT DISTINCT FROM "r"."k"'
+>>> match("t", ["k"], other, SPARK).sql("spark")
+'`t`.`k` IS NOT DISTINCT FROM `r`.`k`'
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
 
 from dbt_ivm.layout import HASH
-from dbt_ivm.sqltext import q
+from dbt_ivm.sqltext import all_of, columns
 
 
-def hash_sql(expressions: Sequence[str]) -> str:
-    """The PostgreSQL key hash over already-rendered expressions."""
-    return f"hash_record_extended(ROW({', '.join(expressions)}), 0)"
+@dataclass(frozen=True)
+class Target:
+    """Where a stream table lives: the dialect its SQL is rendered in, and whether its rows store the
+    key hash ``__ivm_hash`` (PostgreSQL does, unless a key column's type has no hash function)."""
+
+    dialect: str
+    hashes_keys: bool
+
+    def hashed(self, key: Sequence[str]) -> bool:
+        """Do rows keyed by `key` store a hash? (Without a key there is one row: nothing to find.)"""
+        return self.hashes_keys and bool(key)
 
 
-def match_sql(
+POSTGRES = Target("postgres", hashes_keys=True)
+SPARK = Target("spark", hashes_keys=False)
+
+
+def key_hash(expressions: Sequence[exp.Expr]) -> exp.Expr:
+    """The PostgreSQL key hash over `expressions`."""
+    row = exp.Anonymous(this="ROW", expressions=[e.copy() for e in expressions])
+    return exp.Anonymous(this="hash_record_extended", expressions=[row, exp.Literal.number(0)])
+
+
+def hash_column(key: Sequence[str], target: Target, table: str | None = None) -> list[exp.Expr]:
+    """The key hash as ``__ivm_hash`` over the key columns of `table`, where the target stores one."""
+    if not target.hashed(key):
+        return []
+    return [exp.alias_(key_hash(columns(key, table)), HASH, quoted=True)]
+
+
+def with_hash(names: Sequence[str], key: Sequence[str], target: Target) -> list[str]:
+    """`names`, then ``__ivm_hash`` where the target stores the hash of `key`."""
+    return [*names, *([HASH] if target.hashed(key) else [])]
+
+
+def match(
     stored_alias: str,
     key_columns: Sequence[str],
-    other: Sequence[str],
-    use_hash: bool,
-    other_hash: str | None = None,
-) -> str:
-    """Condition matching stream-table rows (alias `stored_alias`) to rows whose keys are `other`."""
+    other: Sequence[exp.Expr],
+    target: Target,
+    other_hash: exp.Expr | None = None,
+) -> exp.Expr:
+    """Condition matching stream-table rows (alias `stored_alias`) to rows whose keys are `other`
+    (`other_hash`: their key hash, when already computed)."""
     if not key_columns:
-        return "TRUE"  # a global aggregate has exactly one row
-    parts = []
-    if use_hash:
-        parts.append(f"{q(stored_alias)}.{q(HASH)} = {other_hash or hash_sql(other)}")
+        return exp.true()  # a global aggregate has exactly one row
+    parts: list[exp.Expr] = []
+    if target.hashes_keys:
+        found = other_hash.copy() if other_hash is not None else key_hash(other)
+        parts.append(exp.EQ(this=exp.column(HASH, stored_alias, quoted=True), expression=found))
     for column, expression in zip(key_columns, other, strict=True):
-        parts.append(f"{q(stored_alias)}.{q(column)} IS NOT DISTINCT FROM {expression}")
-    return " AND ".join(parts)
+        parts.append(
+            exp.NullSafeEQ(this=exp.column(column, stored_alias, quoted=True), expression=expression.copy())
+        )
+    return all_of(*parts)
 
 
-def same_values_sql(left: str, right: str, columns: Sequence[str]) -> str:
-    """True when every column is equal or both NULL (the negation is the unchanged-row guard)."""
-    if not columns:
-        return "TRUE"
-    return " AND ".join(f"{q(left)}.{q(c)} IS NOT DISTINCT FROM {q(right)}.{q(c)}" for c in columns)
+def same_key(stored_alias: str, key_columns: Sequence[str], rows_alias: str, target: Target) -> exp.Expr:
+    """`match` against rows (alias `rows_alias`) that carry the key columns under their own names, and
+    their key hash as ``__ivm_hash`` where the target stores one."""
+    rows_hash = exp.column(HASH, rows_alias, quoted=True)
+    return match(stored_alias, key_columns, columns(key_columns, rows_alias), target, rows_hash)
+
+
+def same_values(left: str, right: str, names: Sequence[str]) -> exp.Expr:
+    """True when every column is equal or both NULL."""
+    if not names:
+        return exp.true()
+    pairs = zip(columns(names, left), columns(names, right), strict=True)
+    return all_of(*[exp.NullSafeEQ(this=a, expression=b) for a, b in pairs])
+
+
+def changed(left: str, right: str, names: Sequence[str]) -> exp.Expr:
+    """True when some column differs (the unchanged-row guard)."""
+    return exp.Not(this=exp.paren(same_values(left, right, names), copy=False))

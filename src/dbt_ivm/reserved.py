@@ -12,14 +12,16 @@ through a relation that renames them.
 >>> t = TableInfo("public", "t", (Column("id", "int"), Column("__ivm_weight", "int")))
 >>> internal_columns(t)
 ['id', '__ivm_c2']
->>> source_relation_sql(t)
+>>> source_relation(t).sql("postgres")
 '(SELECT "id", "__ivm_weight" AS "__ivm_c2" FROM "public"."t")'
 """
 
 from __future__ import annotations
 
+from sqlglot import exp
+
 from dbt_ivm.catalog import TableInfo
-from dbt_ivm.sqltext import HIDDEN_PREFIX, q, qn
+from dbt_ivm.sqltext import HIDDEN_PREFIX
 
 
 def is_reserved(name: str) -> bool:
@@ -43,17 +45,24 @@ def needs_renaming(table: TableInfo) -> bool:
     return any(is_reserved(c) for c in table.column_names())
 
 
-def renamed_select(table: TableInfo) -> str:
+def renamed_select(table: TableInfo) -> list[exp.Expr]:
     """A select list of the table's columns under their internal names."""
-    return ", ".join(
-        q(c) if c == internal_column(table, c) else f"{q(c)} AS {q(internal_column(table, c))}"
-        for c in table.column_names()
-    )
+    columns: list[exp.Expr] = []
+    for name in table.column_names():
+        internal = internal_column(table, name)
+        column = exp.column(name, quoted=True)
+        columns.append(column if name == internal else exp.alias_(column, internal, quoted=True))
+    return columns
 
 
-def source_relation_sql(table: TableInfo) -> str:
+def table_of(table: TableInfo) -> exp.Table:
+    """The table itself, by its quoted name."""
+    return exp.table_(table.name, table.schema, quoted=True)
+
+
+def source_relation(table: TableInfo) -> exp.Expr:
     """The table's current rows under internal column names, to alias in a FROM clause (the table
     itself when no column needs renaming)."""
     if not needs_renaming(table):
-        return qn(table.schema, table.name)
-    return f"(SELECT {renamed_select(table)} FROM {qn(table.schema, table.name)})"
+        return table_of(table)
+    return exp.Subquery(this=exp.select(*renamed_select(table)).from_(table_of(table)))

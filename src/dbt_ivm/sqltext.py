@@ -1,16 +1,42 @@
-"""Small helpers for writing generated SQL: every identifier quoted, every literal escaped.
+"""Small helpers for generated SQL: every identifier quoted, every literal escaped.
 
-Generated SQL is written in PostgreSQL's spelling and rendered to other dialects with sqlglot.
+Queries and statements are sqlglot trees, rendered in the target's dialect (`columns` builds their
+column references). `q`, `qn` and `lit` write PostgreSQL text for what stays text: DDL, catalog
+queries and the capture triggers, which run on PostgreSQL only.
 """
 
 from __future__ import annotations
 
-import sqlglot
+from collections.abc import Sequence
+
 from sqlglot import exp
 
 HIDDEN_PREFIX = "__ivm_"
 WEIGHT = "__ivm_weight"
 SEQ = "__ivm_seq"
+
+
+def columns(names: Sequence[str], table: str | None = None) -> list[exp.Expr]:
+    """Quoted column references, qualified by `table` when given.
+
+    >>> [c.sql("spark") for c in columns(["id", "total"], "t")]
+    ['`t`.`id`', '`t`.`total`']
+    """
+    return [exp.column(name, table, quoted=True) for name in names]
+
+
+def all_of(*conditions: exp.Expr) -> exp.Expr:
+    """The conjunction of `conditions`, flat however they nest (an OR among them is parenthesized).
+
+    >>> all_of(exp.column("a"), exp.and_("b", "c"), exp.or_("d", "e")).sql()
+    'a AND b AND c AND (d OR e)'
+    """
+    parts = [part for c in conditions for part in (c.flatten() if isinstance(c, exp.And) else [c])]
+    wrapped = [exp.paren(p) if isinstance(p, exp.Connector) else p for p in parts]
+    result = wrapped[0]
+    for part in wrapped[1:]:
+        result = exp.And(this=result, expression=part)
+    return result
 
 
 def q(name: str) -> str:
@@ -38,15 +64,3 @@ def lit(value: str) -> str:
 
 def is_hidden(column: str) -> bool:
     return column.startswith(HIDDEN_PREFIX)
-
-
-def render(sql: str, dialect: str) -> str:
-    """Render SQL written in PostgreSQL spelling for `dialect` ("postgres" returns it unchanged)."""
-    if dialect == "postgres":
-        return sql
-    return ";\n".join(sqlglot.transpile(sql, read="postgres", write=dialect))
-
-
-def expr_sql(expression: exp.Expr) -> str:
-    """A parsed expression back to PostgreSQL text."""
-    return expression.sql(dialect="postgres")

@@ -7,8 +7,9 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from sqlglot import exp
 
-from dbt_ivm.delta.compact import compacted_sql
+from dbt_ivm.delta.compact import compacted
 from dbt_ivm.spark.changelog import SEQ, WEIGHT, ChangeView, create_change_view
 from dbt_ivm.spark.iceberg import (
     TableVersion,
@@ -19,7 +20,6 @@ from dbt_ivm.spark.iceberg import (
     snapshots,
     snapshots_after,
 )
-from dbt_ivm.sqltext import q, render
 
 pytestmark = pytest.mark.spark
 
@@ -75,8 +75,8 @@ def test_copy_on_write_dml_reads_the_changelog(spark: Any, spark_schema: str) ->
     # as −1/+1 pairs of one row; compaction (weights summed per row image) cancels them.
     assert len(changes(spark, "orders_changes")) > 7  # the 7 real changes + carried-over pairs
     net = sorted([(2, 20, "b", -1), (2, 21, "b", 1), (3, 30, "c", -1), (4, 41, "D", 1), (5, 50, "e", 1)])
-    compacted = compacted_sql(q("orders_changes"), ["id", "amount", "note"])
-    rows = spark.sql(render(compacted, "spark")).collect()
+    summed = compacted(exp.table_("orders_changes", quoted=True), ["id", "amount", "note"])
+    rows = spark.sql(summed.sql("spark")).collect()
     assert sorted(tuple(r) for r in rows) == net
     assert_z_set_law(spark, change)
 

@@ -5,4 +5,7 @@
 * `multiset` — stream tables whose rows may repeat: a MERGE on values + ordinal.
 * `explicit` — DELETE, UPDATE, INSERT as three statements, so user row triggers see the right
   TG_OP/OLD/NEW.
+
+Each builds sqlglot trees that the backend renders in its dialect (`dbt_ivm.keys.Target`);
+`statements` holds what they share.
 """

@@ -14,95 +14,108 @@ DELETE and UPDATE join the (small) rows table to the stream table (``DELETE ... 
 ``UPDATE ... FROM``) rather than ``WHERE EXISTS``: the key match uses IS NOT DISTINCT FROM, which
 keeps PostgreSQL from turning a semi-join around, so EXISTS would scan the whole stream table where a
 join probes its ``__ivm_hash`` index once per row. Each rows/ops row matches at most one stored row,
-so the join never touches a row twice. Written in PostgreSQL spelling like all generated SQL.
+so the join never touches a row twice.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dbt_ivm.keys import match_sql, same_values_sql
-from dbt_ivm.layout import DUP, HASH, Layout
-from dbt_ivm.sqltext import WEIGHT, q
+from sqlglot import exp
+
+from dbt_ivm.apply.multiset import same_ordinal
+from dbt_ivm.apply.statements import STORED, assignments, weight_is
+from dbt_ivm.delta.terms import aliased
+from dbt_ivm.keys import Target, changed, same_key, same_values, with_hash
+from dbt_ivm.layout import DUP, Layout
+from dbt_ivm.sqltext import all_of, columns
+
+ROWS, OPS = "r", "o"
 
 
 @dataclass(frozen=True)
 class ExplicitDml:
     """The statements to run, in order; `update` is None for multiset layouts."""
 
-    delete: str
-    update: str | None
-    insert: str
+    delete: exp.Delete
+    update: exp.Update | None
+    insert: exp.Insert
 
 
-def _key_match(layout: Layout, source_alias: str, use_hash: bool) -> str:
-    """Stream-table rows ("t") with the same key as the row in `source_alias`."""
-    hashed = use_hash and bool(layout.key)
-    others = [f"{q(source_alias)}.{q(k)}" for k in layout.key]
-    return match_sql("t", layout.key, others, hashed, f"{q(source_alias)}.{q(HASH)}")
+def _delete(stream_table: exp.Table, source: exp.Expr, alias: str, condition: exp.Expr) -> exp.Delete:
+    """DELETE the stream-table rows ("t") that `condition` joins to rows of `source`."""
+    return exp.Delete(
+        this=aliased(stream_table, STORED),
+        using=[aliased(source, alias)],
+        where=exp.Where(this=all_of(weight_is(exp.LT, alias), condition)),
+    )
 
 
-def _ordinal_match(layout: Layout, use_hash: bool) -> str:
-    """Stream-table rows ("t") with the values and ordinal of the operation "o"."""
-    others = [f"{q('o')}.{q(c)}" for c in layout.columns]
-    values = match_sql("t", layout.columns, others, use_hash, f"{q('o')}.{q(HASH)}")
-    return f"{values} AND {q('t')}.{q(DUP)} = {q('o')}.{q(DUP)}"
+def _insert(stream_table: exp.Table, names: list[str], rows: exp.Select) -> exp.Insert:
+    into = exp.Schema(
+        this=stream_table.copy(), expressions=[exp.to_identifier(n, quoted=True) for n in names]
+    )
+    return exp.Insert(this=into, expression=rows)
 
 
-def keyed_dml(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> ExplicitDml:
+def _stored(stream_table: exp.Table, condition: exp.Expr) -> exp.Exists:
+    """Is there a stream-table row ("t") for which `condition` holds?"""
+    query = exp.select(exp.Literal.number(1)).from_(aliased(stream_table, STORED)).where(condition)
+    return exp.Exists(this=query)
+
+
+def keyed_dml(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> ExplicitDml:
     """DELETE removed keys, UPDATE rows whose values changed, INSERT new keys (keyed/aggregate)."""
-    t, r, w = q("t"), q("r"), q(WEIGHT)
-    match = _key_match(layout, "r", use_hash)
-    columns = list(layout.columns)
-    insert_columns = columns + ([HASH] if use_hash and layout.key else [])
-    delete = f"DELETE FROM {stream_table} AS {t} USING {rows} AS {r} WHERE {r}.{w} < 0 AND {match}"
-    # Target columns of UPDATE ... SET are never qualified; the hash is the key's, so it stays.
-    assignments = ", ".join(f"{q(c)} = {r}.{q(c)}" for c in columns)
-    update = (
-        f"UPDATE {stream_table} AS {t} SET {assignments} FROM {rows} AS {r} "
-        f"WHERE {r}.{w} > 0 AND {match} AND NOT ({same_values_sql('t', 'r', columns)})"
+    match = same_key(STORED, layout.key, ROWS, target)
+    delete = _delete(stream_table, rows, ROWS, match.copy())
+    # The hash is the key's: an update leaves it as it is.
+    updates = assignments(layout.columns, ROWS)
+    update = exp.Update(
+        this=aliased(stream_table, STORED),
+        expressions=updates,
+        from_=exp.From(this=aliased(rows, ROWS)),
+        where=exp.Where(
+            this=all_of(weight_is(exp.GT, ROWS), match.copy(), changed(STORED, ROWS, layout.columns))
+        ),
     )
-    insert = (
-        f"INSERT INTO {stream_table} ({', '.join(q(c) for c in insert_columns)}) "
-        f"SELECT {', '.join(f'{r}.{q(c)}' for c in insert_columns)} FROM {rows} AS {r} "
-        f"WHERE {r}.{w} > 0 AND NOT EXISTS (SELECT 1 FROM {stream_table} AS {t} WHERE {match})"
+    inserted = with_hash(layout.columns, layout.key, target)
+    new_keys = (
+        exp.select(*columns(inserted, ROWS))
+        .from_(aliased(rows, ROWS))
+        .where(all_of(weight_is(exp.GT, ROWS), exp.not_(_stored(stream_table, match))))
     )
-    return ExplicitDml(delete, update, insert)
+    return ExplicitDml(delete, update, _insert(stream_table, inserted, new_keys))
 
 
-def multiset_dml(layout: Layout, ops: str, stream_table: str, use_hash: bool) -> ExplicitDml:
+def multiset_dml(layout: Layout, ops: exp.Expr, stream_table: exp.Table, target: Target) -> ExplicitDml:
     """DELETE the ordinals that go, INSERT the ordinals that come (multiset layouts)."""
-    t, o, w = q("t"), q("o"), q(WEIGHT)
-    insert_columns = [*layout.columns, DUP, *([HASH] if use_hash else [])]
-    delete = (
-        f"DELETE FROM {stream_table} AS {t} USING {ops} AS {o} "
-        f"WHERE {o}.{w} < 0 AND {_ordinal_match(layout, use_hash)}"
-    )
-    # Ordinals to insert were numbered past the current count (see multiset.ordinal_ops_sql): all new.
-    insert = (
-        f"INSERT INTO {stream_table} ({', '.join(q(c) for c in insert_columns)}) "
-        f"SELECT {', '.join(f'{o}.{q(c)}' for c in insert_columns)} FROM {ops} AS {o} WHERE {o}.{w} > 0"
-    )
-    return ExplicitDml(delete, None, insert)
+    delete = _delete(stream_table, ops, OPS, same_ordinal(layout, OPS, target))
+    # Ordinals to insert were numbered past the current count (see multiset.ordinal_ops): all new.
+    inserted = with_hash([*layout.columns, DUP], layout.key, target)
+    new_ordinals = exp.select(*columns(inserted, OPS)).from_(aliased(ops, OPS)).where(weight_is(exp.GT, OPS))
+    return ExplicitDml(delete, None, _insert(stream_table, inserted, new_ordinals))
 
 
-def keyed_mismatches_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> str:
+def _count(source: exp.Expr, alias: str, condition: exp.Expr) -> exp.Select:
+    return exp.select(exp.func("count", exp.Star())).from_(aliased(source, alias)).where(condition)
+
+
+def keyed_mismatches(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Select:
     """After the writes: how many keys do not read back as written (a BEFORE trigger changed or skipped them).
 
     A key with weight > 0 must now hold exactly the row's values; a key with weight < 0 must be gone.
     """
-    t, r, w = q("t"), q("r"), q(WEIGHT)
-    match = _key_match(layout, "r", use_hash)
-    same = same_values_sql("t", "r", layout.columns)
-    return (
-        f"SELECT count(*) FROM {rows} AS {r} WHERE CASE WHEN {r}.{w} > 0 "
-        f"THEN NOT EXISTS (SELECT 1 FROM {stream_table} AS {t} WHERE {match} AND {same}) "
-        f"ELSE EXISTS (SELECT 1 FROM {stream_table} AS {t} WHERE {match}) END"
+    match = same_key(STORED, layout.key, ROWS, target)
+    written = all_of(match.copy(), same_values(STORED, ROWS, layout.columns))
+    differs = (
+        exp.Case()
+        .when(weight_is(exp.GT, ROWS), exp.not_(_stored(stream_table, written)))
+        .else_(_stored(stream_table, match))
     )
+    return _count(rows, ROWS, differs)
 
 
-def multiset_mismatches_sql(layout: Layout, ops: str, stream_table: str, use_hash: bool) -> str:
+def multiset_mismatches(layout: Layout, ops: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Select:
     """After the writes: how many ordinals are missing (inserted ones) or still there (deleted ones)."""
-    t, o, w = q("t"), q("o"), q(WEIGHT)
-    present = f"EXISTS (SELECT 1 FROM {stream_table} AS {t} WHERE {_ordinal_match(layout, use_hash)})"
-    return f"SELECT count(*) FROM {ops} AS {o} WHERE ({o}.{w} > 0) <> {present}"
+    present = _stored(stream_table, same_ordinal(layout, OPS, target))
+    return _count(ops, OPS, exp.NEQ(this=exp.paren(weight_is(exp.GT, OPS), copy=False), expression=present))

@@ -2,104 +2,145 @@
 
 Consolidation sums weights of identical rows (an unchanged group's −1 and +1 rows cancel), then for
 each key keeps the row to write (+1, the new values) or, failing that, the row to remove (−1).
+
+>>> from dbt_ivm.keys import POSTGRES
+>>> layout = Layout("aggregate", ("customer", "total"), ("__ivm_count",), ("customer",))
+>>> print(merge(layout, exp.to_table("rows"), exp.to_table("totals"), POSTGRES).sql("postgres", pretty=True))
+MERGE INTO totals AS "t"
+USING rows AS "r"
+ON "t"."__ivm_hash" = "r"."__ivm_hash" AND "t"."customer" IS NOT DISTINCT FROM "r"."customer"
+WHEN MATCHED AND "r"."__ivm_weight" < 0 THEN DELETE
+WHEN MATCHED AND "r"."__ivm_weight" > 0 AND NOT (
+  "t"."customer" IS NOT DISTINCT FROM "r"."customer"
+  AND "t"."total" IS NOT DISTINCT FROM "r"."total"
+  AND "t"."__ivm_count" IS NOT DISTINCT FROM "r"."__ivm_count"
+) THEN UPDATE SET "customer" = "r"."customer", "total" = "r"."total", "__ivm_count" = "r"."__ivm_count"
+WHEN NOT MATCHED AND "r"."__ivm_weight" > 0 THEN INSERT ("customer", "total", "__ivm_count", "__ivm_hash") VALUES ("r"."customer", "r"."total", "r"."__ivm_count", "r"."__ivm_hash")
 """
 
 from __future__ import annotations
 
-from dbt_ivm.keys import hash_sql, match_sql, same_values_sql
-from dbt_ivm.layout import HASH, Layout
-from dbt_ivm.sqltext import WEIGHT, q
+from sqlglot import exp
 
-RANK = "__ivm_rank"
+from dbt_ivm.apply.statements import (
+    STORED,
+    assignments,
+    count_where,
+    delete_when,
+    insert_when,
+    merge_into,
+    weight_is,
+)
+from dbt_ivm.delta.terms import aliased
+from dbt_ivm.keys import Target, changed, hash_column, same_key, with_hash
+from dbt_ivm.layout import Layout
+from dbt_ivm.sqltext import WEIGHT, all_of, columns
+
+RANK, ACTION, PRESENT = "__ivm_rank", "__ivm_action", "__ivm_present"
+ROWS = "r"  # the rows' alias in the statements below
 
 
-def consolidated_rows_sql(layout: Layout, row_delta: str, use_hash: bool) -> str:
-    """One row per affected key: its columns, weight (>0 upsert, <0 delete) and key hash."""
-    columns = ", ".join(q(c) for c in layout.columns)
-    partition = f"PARTITION BY {', '.join(q(k) for k in layout.key)} " if layout.key else ""
-    hashed = f", {hash_sql([q(k) for k in layout.key])} AS {q(HASH)}" if use_hash and layout.key else ""
+def consolidated_rows(layout: Layout, row_delta: exp.Expr, target: Target) -> exp.Select:
+    """One row per affected key: its columns, weight (>0 upsert, <0 delete) and, where the target
+    stores one, its key hash. `row_delta`: a query or relation of layout columns + weight."""
+    weight = exp.column(WEIGHT, quoted=True)
+    summed = (
+        exp.select(*columns(layout.columns), exp.alias_(exp.func("SUM", weight), WEIGHT, quoted=True))
+        .from_(aliased(row_delta, "__ivm_delta"))
+        .group_by(*columns(layout.columns))
+    )
+    rank = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=columns(layout.key) or None,
+        order=exp.Order(expressions=[exp.Ordered(this=weight.copy(), desc=True, nulls_first=True)]),
+    )
+    ranked = (
+        exp.select(*columns(layout.columns), weight.copy(), exp.alias_(rank, RANK, quoted=True))
+        .from_(aliased(summed, "__ivm_summed"))
+        .where(exp.NEQ(this=weight.copy(), expression=exp.Literal.number(0)))
+    )
     return (
-        f"SELECT {columns}, {q(WEIGHT)}{hashed} FROM ("
-        f"SELECT {columns}, {q(WEIGHT)}, row_number() OVER ({partition}ORDER BY {q(WEIGHT)} DESC) AS {q(RANK)} "
-        f"FROM (SELECT {columns}, SUM({q(WEIGHT)}) AS {q(WEIGHT)} FROM ({row_delta}) AS {q('__ivm_delta')} "
-        f"GROUP BY {columns}) AS {q('__ivm_summed')} WHERE {q(WEIGHT)} <> 0"
-        f") AS {q('__ivm_ranked')} WHERE {q(RANK)} = 1"
+        exp.select(*columns(layout.columns), weight.copy(), *hash_column(layout.key, target))
+        .from_(aliased(ranked, "__ivm_ranked"))
+        .where(exp.EQ(this=exp.column(RANK, quoted=True), expression=exp.Literal.number(1)))
     )
 
 
-def _match(layout: Layout, use_hash: bool) -> str:
-    rows = [f"r.{q(k)}" for k in layout.key]
-    return match_sql("t", layout.key, rows, use_hash and bool(layout.key), f"r.{q(HASH)}")
+def _with_stored(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Select:
+    """The rows LEFT JOINed to their stored row, if any (whose ``__ivm_present`` is then TRUE)."""
+    stored = exp.select(exp.Star(), exp.alias_(exp.true(), PRESENT, quoted=True)).from_(stream_table)
+    return (
+        exp.select()
+        .from_(aliased(rows, ROWS))
+        .join(aliased(stored, STORED), on=same_key(STORED, layout.key, ROWS, target), join_type="left")
+    )
 
 
-def counts_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> str:
+def counts(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Select:
     """How many rows the MERGE will insert, update and delete (the unchanged-row guard included)."""
-    changed = f"NOT ({same_values_sql('t', 'r', layout.columns)})"
-    return (
-        f"SELECT "
-        f"COALESCE(SUM(CASE WHEN r.{q(WEIGHT)} > 0 AND t.{q('__ivm_present')} IS NULL THEN 1 ELSE 0 END), 0), "
-        f"COALESCE(SUM(CASE WHEN r.{q(WEIGHT)} > 0 AND t.{q('__ivm_present')} AND {changed} THEN 1 ELSE 0 END), 0), "
-        f"COALESCE(SUM(CASE WHEN r.{q(WEIGHT)} < 0 AND t.{q('__ivm_present')} THEN 1 ELSE 0 END), 0) "
-        f"FROM {rows} AS r LEFT JOIN (SELECT *, TRUE AS {q('__ivm_present')} FROM {stream_table}) AS t "
-        f"ON {_match(layout, use_hash)}"
+    present = exp.column(PRESENT, STORED, quoted=True)
+    inserted = all_of(weight_is(exp.GT, ROWS), exp.Is(this=present.copy(), expression=exp.null()))
+    updated = all_of(weight_is(exp.GT, ROWS), present.copy(), changed(STORED, ROWS, layout.columns))
+    deleted = all_of(weight_is(exp.LT, ROWS), present.copy())
+    return _with_stored(layout, rows, stream_table, target).select(
+        *[count_where(c) for c in (inserted, updated, deleted)]
     )
 
 
-def merge_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> str:
+def merge(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Merge:
     """One MERGE: delete removed keys, update changed rows only, insert new keys."""
-    weight = f"r.{q(WEIGHT)}"
-    changed = f"NOT ({same_values_sql('t', 'r', layout.columns)})"
-    return _merge_statement(
-        layout, rows, stream_table, use_hash, f"{weight} < 0", f"{weight} > 0 AND {changed}", f"{weight} > 0"
+    update_when = all_of(weight_is(exp.GT, ROWS), changed(STORED, ROWS, layout.columns))
+    return _merge(
+        layout, rows, stream_table, target, weight_is(exp.LT, ROWS), update_when, weight_is(exp.GT, ROWS)
     )
 
 
-def _merge_statement(
+def _merge(
     layout: Layout,
-    rows: str,
-    stream_table: str,
-    use_hash: bool,
-    delete_when: str,
-    update_when: str,
-    insert_when: str,
-) -> str:
-    columns = list(layout.columns)
-    insert_columns = columns + ([HASH] if use_hash and layout.key else [])
-    updates = ", ".join(f"{q(c)} = r.{q(c)}" for c in columns)
-    return (
-        f"MERGE INTO {stream_table} AS t USING {rows} AS r ON {_match(layout, use_hash)}\n"
-        f"WHEN MATCHED AND {delete_when} THEN DELETE\n"
-        f"WHEN MATCHED AND {update_when} THEN UPDATE SET {updates}\n"
-        f"WHEN NOT MATCHED AND {insert_when} THEN INSERT ({', '.join(q(c) for c in insert_columns)}) "
-        f"VALUES ({', '.join(f'r.{q(c)}' for c in insert_columns)})"
-    )
+    rows: exp.Expr,
+    stream_table: exp.Table,
+    target: Target,
+    delete_if: exp.Expr,
+    update_if: exp.Expr,
+    insert_if: exp.Expr,
+) -> exp.Merge:
+    # The hash is the key's: an update leaves it as it is.
+    updates = assignments(layout.columns, ROWS)
+    inserted = with_hash(layout.columns, layout.key, target)
+    whens = [
+        delete_when(delete_if),
+        exp.When(matched=True, condition=update_if, then=exp.Update(expressions=updates)),
+        insert_when(insert_if, inserted, ROWS),
+    ]
+    return merge_into(stream_table, rows, ROWS, same_key(STORED, layout.key, ROWS, target), whens)
 
 
-ACTION = "__ivm_action"
-
-
-def classified_rows_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> str:
+def classified_rows(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Select:
     """The consolidated rows that change something, each with what the MERGE will do to it:
     'I' insert, 'U' update (values differ), 'D' delete. Decided once against the stream table, so
-    counting them and the MERGE (`classified_merge_sql`) need no second look at its rows."""
-    columns = ", ".join(f"r.{q(c)}" for c in layout.columns)
-    present = f"t.{q('__ivm_present')}"
+    counting them and the MERGE (`classified_merge`) need no second look at its rows."""
+    present = exp.column(PRESENT, STORED, quoted=True)
     action = (
-        f"CASE WHEN r.{q(WEIGHT)} < 0 THEN CASE WHEN {present} THEN 'D' END "
-        f"WHEN {present} IS NULL THEN 'I' "
-        f"WHEN NOT ({same_values_sql('t', 'r', layout.columns)}) THEN 'U' END"
+        exp.Case()
+        .when(weight_is(exp.LT, ROWS), exp.Case().when(present.copy(), exp.Literal.string("D")))
+        .when(exp.Is(this=present.copy(), expression=exp.null()), exp.Literal.string("I"))
+        .when(changed(STORED, ROWS, layout.columns), exp.Literal.string("U"))
     )
-    hashed = f", r.{q(HASH)}" if use_hash and layout.key else ""
+    carried = with_hash(layout.columns, layout.key, target)
+    classified = _with_stored(layout, rows, stream_table, target).select(
+        *columns(carried, ROWS), exp.alias_(action, ACTION, quoted=True)
+    )
     return (
-        f"SELECT * FROM (SELECT {columns}{hashed}, {action} AS {q(ACTION)} "
-        f"FROM {rows} AS r LEFT JOIN (SELECT *, TRUE AS {q('__ivm_present')} FROM {stream_table}) AS t "
-        f"ON {_match(layout, use_hash)}) AS {q('__ivm_classified')} WHERE {q(ACTION)} IS NOT NULL"
+        exp.select(exp.Star())
+        .from_(aliased(classified, "__ivm_classified"))
+        .where(exp.not_(exp.Is(this=exp.column(ACTION, quoted=True), expression=exp.null())))
     )
 
 
-def classified_merge_sql(layout: Layout, rows: str, stream_table: str, use_hash: bool) -> str:
-    """The MERGE of `classified_rows_sql`'s rows: each does what its action says."""
-    action = f"r.{q(ACTION)}"
-    return _merge_statement(
-        layout, rows, stream_table, use_hash, f"{action} = 'D'", f"{action} = 'U'", f"{action} = 'I'"
-    )
+def _action_is(letter: str) -> exp.Expr:
+    return exp.EQ(this=exp.column(ACTION, ROWS, quoted=True), expression=exp.Literal.string(letter))
+
+
+def classified_merge(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Merge:
+    """The MERGE of `classified_rows`' rows: each does what its action says."""
+    return _merge(layout, rows, stream_table, target, _action_is("D"), _action_is("U"), _action_is("I"))

@@ -18,46 +18,59 @@ key, identical rows are interchangeable: a net weight of n becomes n rows of wei
 text form, which every type has (json and point have no equality operator to partition by) and which
 tells apart values that compare equal but differ (1.0 and 1.00).
 
->>> print(compacted_sql('"raw"', ["id", "amount"]))  # doctest: +NORMALIZE_WHITESPACE
+>>> print(compacted(exp.to_table("raw"), ["id", "amount"]).sql("postgres"))  # doctest: +NORMALIZE_WHITESPACE
 SELECT "id", "amount", "__ivm_weight" FROM (SELECT "id", "amount", "__ivm_weight",
 SUM("__ivm_weight") OVER (PARTITION BY "id", "amount") AS "__ivm_net",
-row_number() OVER (PARTITION BY "id", "amount", "__ivm_weight" ORDER BY "__ivm_weight") AS "__ivm_rank"
-FROM "raw" AS "__ivm_raw") AS "__ivm_netted"
+ROW_NUMBER() OVER (PARTITION BY "id", "amount", "__ivm_weight" ORDER BY "__ivm_weight") AS "__ivm_rank"
+FROM raw AS "__ivm_raw") AS "__ivm_netted"
 WHERE SIGN("__ivm_weight") = SIGN("__ivm_net") AND "__ivm_rank" <= ABS("__ivm_net")
+>>> row_image(["id", "amount"]).sql("postgres")
+'CAST(ROW("id", "amount") AS TEXT)'
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dbt_ivm.sqltext import WEIGHT, q
+from sqlglot import exp
+
+from dbt_ivm.delta.terms import aliased
+from dbt_ivm.sqltext import WEIGHT, columns
 
 IMAGE, NET, RANK = "__ivm_image", "__ivm_net", "__ivm_rank"
 
 
-def compacted_sql(raw: str, columns: Sequence[str], image: str | None = None) -> str:
-    """SELECT of `columns` + weight (±1 rows): the net effect of the raw change relation `raw`.
+def compacted(raw: exp.Expr, names: Sequence[str], image: exp.Expr | None = None) -> exp.Select:
+    """SELECT of the columns `names` + weight (±1 rows): the net effect of the raw change relation `raw`.
 
     `image`: an expression over `raw`'s columns that identifies a row image (default: the columns)."""
-    cols = ", ".join(q(c) for c in columns)
-    if image is None:
-        # Several partition columns: carried as they are, the window partitions by all of them.
-        partition, imaged = cols, cols
-    else:
-        partition, imaged = q(IMAGE), f"{image} AS {q(IMAGE)}"
-    net = f"SUM({q(WEIGHT)}) OVER (PARTITION BY {partition})"
-    # Raw weights are ±1: keep |net| of the rows whose sign is the net's.
-    rank = f"row_number() OVER (PARTITION BY {partition}, {q(WEIGHT)} ORDER BY {q(WEIGHT)})"
-    source = f"{raw} AS {q('__ivm_raw')}"
+    carried = [*names, WEIGHT]
+    source = aliased(raw, "__ivm_raw")
+    # Several partition columns: carried as they are, the window partitions by all of them.
+    partition = list(names)
     if image is not None:
-        source = f"(SELECT {cols}, {q(WEIGHT)}, {imaged} FROM {source}) AS {q('__ivm_imaged')}"
+        imaged = exp.select(*columns(carried), exp.alias_(image, IMAGE, quoted=True)).from_(source)
+        source, partition = aliased(imaged, "__ivm_imaged"), [IMAGE]
+    [weight, net_sum, rank_number] = columns([WEIGHT, NET, RANK])
+    net = exp.Window(this=exp.func("SUM", weight.copy()), partition_by=columns(partition))
+    # Raw weights are ±1: keep |net| of the rows whose sign is the net's.
+    rank = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=columns([*partition, WEIGHT]),
+        order=exp.Order(expressions=[exp.Ordered(this=weight.copy(), nulls_first=False)]),
+    )
+    netted = exp.select(
+        *columns(carried), exp.alias_(net, NET, quoted=True), exp.alias_(rank, RANK, quoted=True)
+    ).from_(source)
     return (
-        f"SELECT {cols}, {q(WEIGHT)} FROM (SELECT {cols}, {q(WEIGHT)}, {net} AS {q(NET)}, "
-        f"{rank} AS {q(RANK)} FROM {source}) AS {q('__ivm_netted')} "
-        f"WHERE SIGN({q(WEIGHT)}) = SIGN({q(NET)}) AND {q(RANK)} <= ABS({q(NET)})"
+        exp.select(*columns(carried))
+        .from_(aliased(netted, "__ivm_netted"))
+        .where(exp.EQ(this=exp.Sign(this=weight.copy()), expression=exp.Sign(this=net_sum.copy())))
+        .where(exp.LTE(this=rank_number, expression=exp.Abs(this=net_sum)))
     )
 
 
-def row_image_sql(columns: Sequence[str]) -> str:
+def row_image(names: Sequence[str]) -> exp.Expr:
     """PostgreSQL: a row image as text (every type has a text form; equal text, identical image)."""
-    return f"ROW({', '.join(q(c) for c in columns)})::text"
+    row = exp.Anonymous(this="ROW", expressions=columns(names))
+    return exp.cast(row, exp.DataType.build("text"))

@@ -24,8 +24,8 @@ from sqlglot import exp
 from dbt_ivm.delta import grouping, plans, relation
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
-from dbt_ivm.delta.terms import Context, aliased, parse_relation, term_select, union_all
-from dbt_ivm.keys import match_sql
+from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
+from dbt_ivm.keys import Target, match
 from dbt_ivm.layout import COUNT, Layout, key_column, keyed_scans
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Relation, children
@@ -89,10 +89,11 @@ def contents(plan: Plan, layout: Layout, ctx: Context) -> exp.Query:
 
 
 def row_delta(
-    plan: Plan, layout: Layout, ctx: Context, stream_table: str, use_hash: bool
+    plan: Plan, layout: Layout, ctx: Context, stream_table: exp.Table, target: Target
 ) -> exp.Query | None:
     """The stream table's row delta for this batch (layout columns + weight), or None when no source
-    changed. `stream_table` is the table's name in the bindings' dialect."""
+    changed. An aggregate's delta reads its groups' stored state from `stream_table`, matched on the
+    key as `target` stores it."""
     plans.context(ctx)
     if layout.kind == "keyed":
         assert isinstance(plan, Project)
@@ -102,11 +103,11 @@ def row_delta(
     if layout.kind == "multiset":
         return plans.delta(plan, ctx)
     assert isinstance(plan, Aggregate)
-    return _stored_aggregate_delta(plan, layout, ctx, stream_table, use_hash)
+    return _stored_aggregate_delta(plan, layout, ctx, stream_table, target)
 
 
 def _stored_aggregate_delta(
-    plan: Aggregate, layout: Layout, ctx: Context, stream_table: str, use_hash: bool
+    plan: Aggregate, layout: Layout, ctx: Context, table: exp.Table, target: Target
 ) -> exp.Query | None:
     changes = grouping.input_rows(plan, "delta", ctx)
     if changes is None:
@@ -119,9 +120,8 @@ def _stored_aggregate_delta(
     if plan.group_by:
         group_delta = group_delta.group_by(*grouping.group_columns(plan, changes_alias))
     pinned = ctx.pinned(group_delta)  # read twice: the groups' old rows and their new ones
-    delta_keys = [f'"d"."{group_placeholder(i)}"' for i in range(len(plan.group_by))]
-    match = exp.condition(match_sql("s", layout.key, delta_keys, use_hash), dialect="postgres")
-    table = parse_relation(stream_table, ctx.bindings.dialect)
+    delta_keys = [exp.column(group_placeholder(i), "d", quoted=True) for i in range(len(plan.group_by))]
+    stored_group = match("s", layout.key, delta_keys, target)
     merged: list[exp.Expr] = [
         exp.column(group_placeholder(i), "d", quoted=True) for i in range(len(plan.group_by))
     ]
@@ -139,7 +139,7 @@ def _stored_aggregate_delta(
     new = (
         exp.select(*merged)
         .from_(aliased(pinned.copy(), "d"))
-        .join(aliased(table.copy(), "s"), on=match.copy(), join_type="left")
+        .join(aliased(table, "s"), on=stored_group.copy(), join_type="left")
     )
     types = ctx.call_types.get(id(plan), {})
     values = {str(o.alias): o for o in grouping.finalized_outputs(plan, "n", types)}
@@ -151,7 +151,7 @@ def _stored_aggregate_delta(
             exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
         )
         .from_(aliased(table, "s"))
-        .join(aliased(pinned, "d"), on=match, join_type="inner")
+        .join(aliased(pinned, "d"), on=stored_group, join_type="inner")
     )
     added = exp.select(
         *[values[c] for c in layout.columns], exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True)

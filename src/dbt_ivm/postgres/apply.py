@@ -1,15 +1,74 @@
-"""Apply strategies on PostgreSQL: create the table, apply a row delta with MERGE, FULL as a diff."""
+"""Apply strategies on PostgreSQL: create the table, apply a row delta with MERGE, FULL as a diff.
+
+Queries and statements are sqlglot trees rendered for PostgreSQL. Rows that exist only as SQL text —
+the user's query when the engine cannot plan it, capture's change rows with virtual columns'
+generation expressions — reach PostgreSQL as written (`TextRelation`).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from sqlglot import exp
+
 from dbt_ivm.apply import keyed, multiset
-from dbt_ivm.keys import hash_sql
+from dbt_ivm.apply.statements import full_delta
+from dbt_ivm.delta.terms import aliased
+from dbt_ivm.keys import POSTGRES, Target, hash_column
 from dbt_ivm.layout import DUP, HASH, Layout
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.temp_names import unique
 from dbt_ivm.postgres.user_triggers import TriggerChoice, suppressed, write_keyed, write_multiset
 from dbt_ivm.spec import RefreshResult
-from dbt_ivm.sqltext import WEIGHT, q
+from dbt_ivm.sqltext import columns
+
+DIALECT = POSTGRES.dialect
+
+
+@dataclass(frozen=True)
+class TextRelation:
+    """Rows given as SQL text that sqlglot must not parse or rewrite: the statement reading them binds
+    `name` to the text in a WITH clause."""
+
+    name: str
+    sql: str
+
+    @property
+    def table(self) -> exp.Table:
+        return exp.table_(self.name, quoted=True)
+
+
+def _identifier(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(DIALECT)
+
+
+def render(statement: exp.Expr, reading: TextRelation | None = None) -> str:
+    """`statement` as PostgreSQL text, after the WITH clause that binds the text relation it reads."""
+    if reading is None:
+        return statement.sql(DIALECT)
+    return f"WITH {_identifier(reading.name)} AS ({reading.sql}) {statement.sql(DIALECT)}"
+
+
+Contents = exp.Query | TextRelation  # a query the engine built, or the user's own as written
+
+
+def _relation(contents: Contents) -> exp.Expr:
+    return contents.table if isinstance(contents, TextRelation) else contents
+
+
+def _text(contents: Contents) -> TextRelation | None:
+    return contents if isinstance(contents, TextRelation) else None
+
+
+def temp_table(db: Db, purpose: str, query: str) -> exp.Table:
+    """CREATE TEMP TABLE … ON COMMIT DROP AS `query` (PostgreSQL text), under a name of its own."""
+    name = unique(purpose)
+    db.execute(f"CREATE TEMP TABLE {_identifier(name)} ON COMMIT DROP AS {query}")
+    return exp.table_(name, "pg_temp", quoted=True)
+
+
+def analyze(db: Db, table: exp.Table) -> None:
+    db.execute(f"ANALYZE {table.sql(DIALECT)}")
 
 
 def plain_layout(names: list[str]) -> Layout:
@@ -17,106 +76,84 @@ def plain_layout(names: list[str]) -> Layout:
     return Layout("multiset", tuple(names), (), tuple(names))
 
 
-def create_table(db: Db, relation: str, layout: Layout, contents: str, hashed: bool = True) -> int:
+def create_table(db: Db, table: exp.Table, layout: Layout, contents: Contents, target: Target) -> int:
     """CREATE TABLE AS the contents, plus the key hash (and ordinals for repeated rows), indexed.
 
-    `hashed` False: a key column's type has no hash function; rows are matched on the key alone."""
-    columns = ", ".join(f"c.{q(col)}" for col in layout.columns)
-    extra = ""
+    `target.hashes_keys` False: a key column's type has no hash function; rows are matched on the key alone."""
+    extra: list[exp.Expr] = []
     if layout.kind == "multiset":
-        values = ", ".join(f"c.{q(col)}" for col in layout.columns)
-        extra = f", row_number() OVER (PARTITION BY {values}) AS {q(DUP)}"
-    if hashed and layout.key:
-        extra += f", {hash_sql([f'c.{q(k)}' for k in layout.key])} AS {q(HASH)}"
-    rows = db.execute(f"CREATE TABLE {relation} AS SELECT {columns}{extra} FROM ({contents}) AS c")
-    if hashed and layout.key:
-        db.execute(f"CREATE INDEX ON {relation} ({q(HASH)})")
+        ordinal = exp.Window(this=exp.RowNumber(), partition_by=columns(layout.columns, "c"))
+        extra.append(exp.alias_(ordinal, DUP, quoted=True))
+    extra += hash_column(layout.key, target, "c")
+    select = exp.select(*columns(layout.columns, "c"), *extra).from_(aliased(_relation(contents), "c"))
+    rows = db.execute(f"CREATE TABLE {table.sql(DIALECT)} AS {render(select, _text(contents))}")
+    if target.hashed(layout.key):
+        db.execute(f"CREATE INDEX ON {table.sql(DIALECT)} ({_identifier(HASH)})")
     # Statistics now, not when autovacuum gets round to it: the first refresh's MERGE must see that a
     # handful of keys is best found through the hash index.
-    db.execute(f"ANALYZE {relation}")
+    analyze(db, table)
     return rows
 
 
 def apply_row_delta(
     db: Db,
-    relation: str,
+    table: exp.Table,
     layout: Layout,
-    delta: str,
+    delta: exp.Query,
     result: RefreshResult,
+    target: Target,
     triggers: TriggerChoice | None = None,
-    hashed: bool = True,
+    reading: TextRelation | None = None,
 ) -> None:
     """Apply a row delta (layout columns + weight) and count what changed into `result`.
 
     `triggers` (user triggers found on the table) picks explicit DML or MERGE; None: MERGE.
-    `hashed`: the table was created with a key hash (create_table)."""
+    `reading`: the text relation the delta reads, if any."""
     result.apply_path = "merge"
     if triggers is not None:
         triggers.record(result)
-    rows_table, ops_table = unique("rows"), unique("ops")
     if layout.kind == "multiset":
-        db.execute(
-            f"CREATE TEMP TABLE {q(rows_table)} ON COMMIT DROP AS {multiset.summed_rows_sql(layout, delta, hashed)}"
-        )
-        db.execute(f"ANALYZE {q(rows_table)}")
-        ops = multiset.ordinal_ops_sql(layout, f"pg_temp.{q(rows_table)}", relation, hashed)
-        db.execute(f"CREATE TEMP TABLE {q(ops_table)} ON COMMIT DROP AS {ops}")
-        counts = db.one(
-            f"SELECT COALESCE(SUM(CASE WHEN {q(WEIGHT)} > 0 THEN 1 ELSE 0 END), 0), "
-            f"COALESCE(SUM(CASE WHEN {q(WEIGHT)} < 0 THEN 1 ELSE 0 END), 0) FROM pg_temp.{q(ops_table)}"
-        )
+        summed = temp_table(db, "rows", render(multiset.summed_rows(layout, delta, target), reading))
+        analyze(db, summed)
+        ops = temp_table(db, "ops", render(multiset.ordinal_ops(layout, summed, table, target)))
+        counts = db.one(render(multiset.ops_counts(ops)))
         assert counts is not None
         result.rows_inserted += int(counts[0])
         result.rows_deleted += int(counts[1])
         if counts[0] or counts[1]:
-            db.execute(f"ANALYZE {q(ops_table)}")
+            analyze(db, ops)
             if triggers is not None and triggers.explicit:
                 pair = (int(counts[0]), int(counts[1]))
-                write_multiset(
-                    db, triggers, layout, f"pg_temp.{q(ops_table)}", relation, pair, result, hashed
-                )
+                write_multiset(db, triggers, layout, ops, table, target, pair, result)
                 return
             with suppressed(db, triggers):
-                db.execute(multiset.merge_sql(layout, f"pg_temp.{q(ops_table)}", relation, hashed))
+                db.execute(render(multiset.merge(layout, ops, table, target)))
         return
-    use_hash = hashed and bool(layout.key)
-    db.execute(
-        f"CREATE TEMP TABLE {q(rows_table)} ON COMMIT DROP AS {keyed.consolidated_rows_sql(layout, delta, use_hash)}"
-    )
-    db.execute(f"ANALYZE {q(rows_table)}")
-    counts = db.one(keyed.counts_sql(layout, f"pg_temp.{q(rows_table)}", relation, use_hash))
-    assert counts is not None
-    inserted, updated, deleted = (int(c) for c in counts)
+    rows = temp_table(db, "rows", render(keyed.consolidated_rows(layout, delta, target), reading))
+    analyze(db, rows)
+    found = db.one(render(keyed.counts(layout, rows, table, target)))
+    assert found is not None
+    inserted, updated, deleted = (int(c) for c in found)
     result.rows_inserted += inserted
     result.rows_updated += updated
     result.rows_deleted += deleted
     if inserted or updated or deleted:
         if triggers is not None and triggers.explicit:
-            triple = (inserted, updated, deleted)
-            write_keyed(db, triggers, layout, f"pg_temp.{q(rows_table)}", relation, use_hash, triple, result)
+            write_keyed(db, triggers, layout, rows, table, target, (inserted, updated, deleted), result)
             return
         with suppressed(db, triggers):
-            db.execute(keyed.merge_sql(layout, f"pg_temp.{q(rows_table)}", relation, use_hash))
-
-
-def full_delta_sql(relation: str, layout: Layout, contents: str) -> str:
-    """New contents (+1) against stored contents (−1): FULL refresh as a row delta."""
-    columns = ", ".join(q(c) for c in layout.columns)
-    return (
-        f"SELECT {columns}, 1 AS {q(WEIGHT)} FROM ({contents}) AS {q('__ivm_new')} "
-        f"UNION ALL SELECT {columns}, -1 AS {q(WEIGHT)} FROM {relation}"
-    )
+            db.execute(render(keyed.merge(layout, rows, table, target)))
 
 
 def apply_full_diff(
     db: Db,
-    relation: str,
+    table: exp.Table,
     layout: Layout,
-    contents: str,
+    contents: Contents,
     result: RefreshResult,
+    target: Target,
     triggers: TriggerChoice | None = None,
-    hashed: bool = True,
 ) -> None:
     """FULL refresh through the same path as a differential one: the same row triggers fire."""
-    delta = full_delta_sql(relation, layout, contents)
-    apply_row_delta(db, relation, layout, delta, result, triggers, hashed)
+    delta = full_delta(table, layout, _relation(contents))
+    apply_row_delta(db, table, layout, delta, result, target, triggers, _text(contents))

@@ -27,9 +27,10 @@ from dbt_ivm import lifecycle
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.aggregates import REGISTRY
-from dbt_ivm.delta.compact import compacted_sql, row_image_sql
+from dbt_ivm.delta.compact import compacted, row_image
 from dbt_ivm.delta.terms import Bindings, Context
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
+from dbt_ivm.keys import POSTGRES, Target
 from dbt_ivm.layout import Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in
@@ -38,8 +39,7 @@ from dbt_ivm.postgres import capture, registrations, registry, user_triggers
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
-from dbt_ivm.postgres.temp_names import unique
-from dbt_ivm.reserved import internal_columns, is_reserved, source_relation_sql
+from dbt_ivm.reserved import internal_columns, is_reserved, source_relation
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from dbt_ivm.sqltext import q, qn
 
@@ -65,9 +65,17 @@ class Compiled:
     hashed: bool = True
     shape: str = ""  # the table's columns, types and row key as JSON (compared at every refresh)
 
+    @property
+    def target(self) -> Target:
+        return dataclasses.replace(POSTGRES, hashes_keys=self.hashed)
+
 
 def _relation(spec: StreamTableSpec) -> str:
     return qn(spec.schema, spec.name)
+
+
+def _table(spec: StreamTableSpec) -> exp.Table:
+    return exp.table_(spec.name, spec.schema, quoted=True)
 
 
 def _key(spec: StreamTableSpec) -> str:
@@ -192,7 +200,7 @@ def context(compiled: Compiled, bindings: Bindings, dialect: str = "postgres") -
 
 
 def _current_bindings(sources: list[TableInfo]) -> Bindings:
-    return Bindings(current={t.qualified: source_relation_sql(t) for t in sources})
+    return Bindings(current={t.qualified: source_relation(t).sql("postgres") for t in sources})
 
 
 @contextmanager
@@ -282,7 +290,7 @@ class PostgresBackend:
             dropped_triggers = user_triggers.find_existing(db, relation)
             db.execute(f"DROP TABLE IF EXISTS {relation}")
             layout, contents = _contents(compiled, sql)
-            rows = pg_apply.create_table(db, relation, layout, contents, compiled.hashed)
+            rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
             # Before the table is visible: default privileges must not expose its hidden columns.
             restrict_to_user_columns(db, relation, layout.user)
             registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
@@ -421,26 +429,28 @@ def _differential(
     assert compiled.plan is not None and compiled.layout is not None and current.frontier is not None
     bindings = _current_bindings(compiled.sources)
     for index, source in enumerate(changed):
-        temp = q(unique(f"delta_{index}"))
         virtual = capture.virtual_columns(db, source)
-        raw = capture.raw_changes_sql(spec.catalog_schema, source, current.frontier, virtual)
+        # Capture's own text (it holds virtual columns' generation expressions), read as written.
+        raw = pg_apply.TextRelation(
+            "__ivm_raw_changes",
+            capture.raw_changes_sql(spec.catalog_schema, source, current.frontier, virtual),
+        )
         columns = internal_columns(source)
-        compacted = compacted_sql(raw, columns, row_image_sql(columns))
-        db.execute(f"CREATE TEMP TABLE {temp} ON COMMIT DROP AS {compacted}")
-        db.execute(f"ANALYZE {temp}")
-        bindings.delta[source.qualified] = f"pg_temp.{temp}"
-    relation = _relation(spec)
-    query = stream.row_delta(
-        compiled.plan, compiled.layout, context(compiled, bindings), relation, compiled.hashed
+        net = compacted(raw.table, columns, row_image(columns))
+        delta_table = pg_apply.temp_table(db, f"delta_{index}", pg_apply.render(net, raw))
+        pg_apply.analyze(db, delta_table)
+        bindings.delta[source.qualified] = delta_table.sql("postgres")
+    table = _table(spec)
+    delta = stream.row_delta(
+        compiled.plan, compiled.layout, context(compiled, bindings), table, compiled.target
     )
-    delta = None if query is None else query.sql("postgres")
     result = RefreshResult(action="DIFFERENTIAL")
     # A delta touches few rows of the stream table, whose pages are mostly cached: the default
     # random_page_cost makes the planner scan it whole instead of probing the key-hash index.
     db.execute("SET LOCAL random_page_cost = 1.1")
     if delta is not None:
-        triggers = user_triggers.choose(db, spec, relation)
-        pg_apply.apply_row_delta(db, relation, compiled.layout, delta, result, triggers, compiled.hashed)
+        triggers = user_triggers.choose(db, spec, _relation(spec))
+        pg_apply.apply_row_delta(db, table, compiled.layout, delta, result, compiled.target, triggers)
     return result
 
 
@@ -450,17 +460,17 @@ def _full(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str, reason: s
     result = RefreshResult(action="FULL", reason=reason)
     layout, contents = _contents(compiled, sql)
     triggers = user_triggers.choose(db, spec, relation)
-    pg_apply.apply_full_diff(db, relation, layout, contents, result, triggers, compiled.hashed)
+    pg_apply.apply_full_diff(db, _table(spec), layout, contents, result, compiled.target, triggers)
     return result
 
 
-def _contents(compiled: Compiled, sql: str) -> tuple[Layout, str]:
-    """The table's layout and its contents from scratch (plain query when not maintainable)."""
+def _contents(compiled: Compiled, sql: str) -> tuple[Layout, pg_apply.Contents]:
+    """The table's layout and its contents from scratch (the query as written when not maintainable)."""
     if compiled.plan is not None and compiled.layout is not None:
         ctx = context(compiled, _current_bindings(compiled.sources))
-        return compiled.layout, stream.contents(compiled.plan, compiled.layout, ctx).sql("postgres")
+        return compiled.layout, stream.contents(compiled.plan, compiled.layout, ctx)
     layout = pg_apply.plain_layout([name for name, _ in compiled.output_types])
-    return layout, f"SELECT * FROM ({sql}) AS {q('__ivm_query')}"
+    return layout, pg_apply.TextRelation("__ivm_query", sql)
 
 
 def _cleanup(db: Db, spec: StreamTableSpec, compiled: Compiled) -> None:

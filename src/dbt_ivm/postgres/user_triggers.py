@@ -19,9 +19,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from sqlglot import exp
+
 from dbt_ivm.apply import explicit
 from dbt_ivm.catalog import qualified_name
 from dbt_ivm.errors import IvmError
+from dbt_ivm.keys import Target
 from dbt_ivm.layout import Layout
 from dbt_ivm.postgres.capture import TRIGGER_PREFIX
 from dbt_ivm.postgres.db import Db
@@ -149,45 +152,49 @@ def write_keyed(
     db: Db,
     choice: TriggerChoice,
     layout: Layout,
-    rows: str,
-    relation: str,
-    use_hash: bool,
+    rows: exp.Table,
+    table: exp.Table,
+    target: Target,
     counts: tuple[int, int, int],
     result: RefreshResult,
 ) -> None:
     """Explicit DML for keyed/aggregate layouts; a statement with nothing to do is not run at all
     (so statement-level triggers fire only for statements that change rows)."""
     inserted, updated, deleted = counts
-    dml = explicit.keyed_dml(layout, rows, relation, use_hash)
+    dml = explicit.keyed_dml(layout, rows, table, target)
     if deleted:
-        db.execute(dml.delete)
+        db.execute(dml.delete.sql(target.dialect))
     if updated and dml.update is not None:
-        db.execute(dml.update)
+        db.execute(dml.update.sql(target.dialect))
     if inserted:
-        db.execute(dml.insert)
+        db.execute(dml.insert.sql(target.dialect))
     if choice.check_read_back:
-        _warn_if_changed(db, choice, explicit.keyed_mismatches_sql(layout, rows, relation, use_hash), result)
+        _warn_if_changed(
+            db, choice, explicit.keyed_mismatches(layout, rows, table, target).sql(target.dialect), result
+        )
 
 
 def write_multiset(
     db: Db,
     choice: TriggerChoice,
     layout: Layout,
-    ops: str,
-    relation: str,
+    ops: exp.Table,
+    table: exp.Table,
+    target: Target,
     counts: tuple[int, int],
     result: RefreshResult,
-    hashed: bool = True,
 ) -> None:
     """Explicit DML for multiset layouts: DELETE the ordinals that go, INSERT those that come."""
     inserted, deleted = counts
-    dml = explicit.multiset_dml(layout, ops, relation, hashed)
+    dml = explicit.multiset_dml(layout, ops, table, target)
     if deleted:
-        db.execute(dml.delete)
+        db.execute(dml.delete.sql(target.dialect))
     if inserted:
-        db.execute(dml.insert)
+        db.execute(dml.insert.sql(target.dialect))
     if choice.check_read_back:
-        _warn_if_changed(db, choice, explicit.multiset_mismatches_sql(layout, ops, relation, hashed), result)
+        _warn_if_changed(
+            db, choice, explicit.multiset_mismatches(layout, ops, table, target).sql(target.dialect), result
+        )
 
 
 def _warn_if_changed(db: Db, choice: TriggerChoice, mismatches_sql: str, result: RefreshResult) -> None:

@@ -1,10 +1,10 @@
 """Apply strategies on Spark + Iceberg: create the table, prepare a row delta, MERGE INTO.
 
-The engine writes SQL in PostgreSQL spelling; everything here is rendered to Spark SQL with sqlglot
-except the multiset ordinal expansion, which has no PostgreSQL twin on Spark (``explode(sequence)``
-replaces ``generate_series`` over a LATERAL count). Rows to apply are computed once and pinned with
-an eager ``localCheckpoint`` so counting them and merging them see the same rows, computed from the
-stream table's state before the MERGE.
+Queries and statements are the engine's sqlglot trees rendered in Spark SQL; the multiset ordinal
+expansion has a Spark form of its own (``explode(sequence)`` where PostgreSQL uses ``generate_series``
+over a LATERAL count). Rows to apply are computed once and pinned with an eager ``localCheckpoint`` so
+counting them and merging them see the same rows, computed from the stream table's state before the
+MERGE.
 """
 
 from __future__ import annotations
@@ -13,12 +13,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlglot import exp
+
 from dbt_ivm.apply import keyed, multiset
+from dbt_ivm.delta.terms import aliased
+from dbt_ivm.keys import SPARK, same_values
 from dbt_ivm.layout import DUP, Layout
 from dbt_ivm.spark.commit import Stamp, commit_with
-from dbt_ivm.sqltext import WEIGHT, q, qn, render
+from dbt_ivm.sqltext import WEIGHT, columns
 
 STREAM_TABLE_PROPERTIES = "'format-version'='2'"
+DIALECT = SPARK.dialect
 
 
 def bt(name: str) -> str:
@@ -38,16 +43,17 @@ class TempViews:
         self.names.append(view)
         return view
 
-    def pinned(self, purpose: str, spark_select: str) -> str:
-        """Compute a Spark SELECT now and keep its rows as a temp view; returns the view name."""
+    def pinned(self, purpose: str, query: exp.Query) -> exp.Table:
+        """Compute `query` now and keep its rows as a temp view."""
         view = self.name(purpose)
-        self.spark.sql(spark_select).localCheckpoint(eager=True).createOrReplaceTempView(view)
-        return view
+        self.spark.sql(query.sql(DIALECT)).localCheckpoint(eager=True).createOrReplaceTempView(view)
+        return exp.table_(view, quoted=True)
 
-    def view(self, purpose: str, spark_select: str) -> str:
+    def view(self, purpose: str, spark_select: str) -> exp.Table:
+        """A temp view of a SELECT in Spark SQL text (the user's query, when the engine cannot plan it)."""
         view = self.name(purpose)
         self.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {bt(view)} AS {spark_select}")
-        return view
+        return exp.table_(view, quoted=True)
 
     def drop(self) -> None:
         for view in self.names:
@@ -60,22 +66,31 @@ def plain_layout(names: list[str]) -> Layout:
     return Layout("multiset", tuple(names), (), tuple(names))
 
 
-def create_table(spark: Any, table: tuple[str, str], layout: Layout, contents: str, stamp: Stamp) -> int:
+def create_table(spark: Any, table: tuple[str, str], layout: Layout, contents: exp.Expr, stamp: Stamp) -> int:
     """CREATE TABLE … USING iceberg AS the contents (multiset: plus an ordinal among identical rows),
-    its commit stamped with the frontier the contents were read at."""
-    relation = qn(*table)
-    columns = ", ".join(f"c.{q(col)}" for col in layout.columns)
-    extra = ""
+    its commit stamped with the frontier the contents were read at. `contents`: a query or relation."""
+    relation = exp.table_(table[1], table[0], quoted=True)
+    extra: list[exp.Expr] = []
     if layout.kind == "multiset":
-        values = ", ".join(f"c.{q(col)}" for col in layout.columns)
-        extra = f", CAST(row_number() OVER (PARTITION BY {values} ORDER BY {values}) AS INT) AS {q(DUP)}"
-    select = render(f"SELECT {columns}{extra} FROM ({contents}) AS c", "spark")
+        # Spark's row_number needs an order: any will do among identical rows.
+        ordinal = exp.Window(
+            this=exp.RowNumber(),
+            partition_by=columns(layout.columns, "c"),
+            order=exp.Order(expressions=columns(layout.columns, "c")),
+        )
+        extra.append(exp.alias_(exp.cast(ordinal, exp.DataType.build("int")), DUP, quoted=True))
+    select = exp.select(*columns(layout.columns, "c"), *extra).from_(aliased(contents, "c"))
     create = (
-        f"CREATE TABLE {render(relation, 'spark')} USING iceberg "
-        f"TBLPROPERTIES ({STREAM_TABLE_PROPERTIES}) AS {select}"
+        f"CREATE TABLE {relation.sql(DIALECT)} USING iceberg "
+        f"TBLPROPERTIES ({STREAM_TABLE_PROPERTIES}) AS {select.sql(DIALECT)}"
     )
     commit_with(spark, table, stamp, lambda: spark.sql(create))
-    return int(spark.sql(f"SELECT COUNT(*) FROM {render(relation, 'spark')}").collect()[0][0])
+    return count_rows(spark, relation)
+
+
+def count_rows(spark: Any, relation: exp.Expr) -> int:
+    count = exp.select(exp.func("COUNT", exp.Star())).from_(relation)
+    return int(spark.sql(count.sql(DIALECT)).collect()[0][0])
 
 
 @dataclass
@@ -92,56 +107,52 @@ class Prepared:
         return bool(self.inserted or self.updated or self.deleted)
 
 
-def prepare(spark: Any, views: TempViews, relation: str, layout: Layout, delta: str) -> Prepared:
-    """Pin the rows a row delta (PostgreSQL spelling, layout columns + weight) will write; count them."""
+def prepare(spark: Any, views: TempViews, table: exp.Table, layout: Layout, delta: exp.Query) -> Prepared:
+    """Pin the rows a row delta (layout columns + weight) will write; count them."""
     if layout.kind == "multiset":
-        summed = views.pinned("summed", render(multiset.summed_rows_sql(layout, delta, False), "spark"))
-        ops = views.pinned("ops", ordinal_ops_sql(layout, summed, render(relation, "spark")))
-        row = spark.sql(
-            f"SELECT COALESCE(SUM(CASE WHEN {bt(WEIGHT)} > 0 THEN 1 ELSE 0 END), 0), "
-            f"COALESCE(SUM(CASE WHEN {bt(WEIGHT)} < 0 THEN 1 ELSE 0 END), 0) FROM {bt(ops)}"
-        ).collect()[0]
-        merge = render(multiset.merge_sql(layout, q(ops), relation, False), "spark")
+        summed = views.pinned("summed", multiset.summed_rows(layout, delta, SPARK))
+        ops = views.pinned("ops", ordinal_ops(layout, summed, table))
+        row = spark.sql(multiset.ops_counts(ops).sql(DIALECT)).collect()[0]
+        merge = multiset.merge(layout, ops, table, SPARK).sql(DIALECT)
         return Prepared(int(row[0]), 0, int(row[1]), merge)
-    consolidated = f"({keyed.consolidated_rows_sql(layout, delta, False)})"
-    classified = keyed.classified_rows_sql(layout, consolidated, relation, False)
-    rows = views.pinned("rows", render(classified, "spark"))
-    action = bt(keyed.ACTION)
-    counts = spark.sql(
-        f"SELECT COUNT_IF({action} = 'I'), COUNT_IF({action} = 'U'), COUNT_IF({action} = 'D') FROM {bt(rows)}"
-    ).collect()[0]
-    merge = render(keyed.classified_merge_sql(layout, q(rows), relation, False), "spark")
-    return Prepared(int(counts[0]), int(counts[1]), int(counts[2]), merge)
+    consolidated = keyed.consolidated_rows(layout, delta, SPARK)
+    rows = views.pinned("rows", keyed.classified_rows(layout, consolidated, table, SPARK))
+    action = exp.column(keyed.ACTION, quoted=True)
+    counts = exp.select(
+        *[exp.CountIf(this=exp.EQ(this=action.copy(), expression=exp.Literal.string(a))) for a in "IUD"]
+    ).from_(rows)
+    found = spark.sql(counts.sql(DIALECT)).collect()[0]
+    merge = keyed.classified_merge(layout, rows, table, SPARK).sql(DIALECT)
+    return Prepared(int(found[0]), int(found[1]), int(found[2]), merge)
 
 
-def ordinal_ops_sql(layout: Layout, summed: str, stream_table: str) -> str:
-    """Spark SQL: one row per ordinal to insert (+1) or delete (−1) for each value whose weight is ±k.
+def ordinal_ops(layout: Layout, summed: exp.Expr, stream_table: exp.Table) -> exp.Select:
+    """One row per ordinal to insert (+1) or delete (−1) for each value whose weight is ±k.
 
     A value stored n times with weight +k gets ordinals n+1..n+k; with −k, ordinals n−k+1..n go.
     """
-    columns = [bt(c) for c in layout.columns]
-    listed = ", ".join(columns)
-    stored, count, weight = bt("__ivm_stored"), bt("__ivm_n"), bt(WEIGHT)
-    match = " AND ".join(f"r.{c} <=> {stored}.{c}" for c in columns) or "TRUE"
-    w, n = f"x.{weight}", f"x.{count}"
-    first = f"CASE WHEN {w} > 0 THEN {n} + 1 ELSE {n} + {w} + 1 END"
-    last = f"CASE WHEN {w} > 0 THEN {n} + {w} ELSE {n} END"
+    stored, count = "__ivm_stored", "__ivm_n"
+    stored_counts = (
+        exp.select(*columns(layout.columns), exp.alias_(exp.func("COUNT", exp.Star()), count, quoted=True))
+        .from_(stream_table)
+        .group_by(*columns(layout.columns))
+    )
+    integer = exp.DataType.build("int")
+    stored_count = exp.func("COALESCE", exp.column(count, stored, quoted=True), exp.Literal.number(0))
     counted = (
-        f"SELECT {', '.join(f'r.{c}' for c in columns)}, CAST(r.{weight} AS INT) AS {weight}, "
-        f"CAST(COALESCE({stored}.{count}, 0) AS INT) AS {count} FROM {bt(summed)} AS r "
-        f"LEFT JOIN (SELECT {listed}, COUNT(*) AS {count} FROM {stream_table} GROUP BY {listed}) AS {stored} "
-        f"ON {match}"
+        exp.select(
+            *columns(layout.columns, "r"),
+            exp.alias_(exp.cast(exp.column(WEIGHT, "r", quoted=True), integer), WEIGHT, quoted=True),
+            exp.alias_(exp.cast(stored_count, integer), count, quoted=True),
+        )
+        .from_(aliased(summed, "r"))
+        .join(aliased(stored_counts, stored), on=same_values("r", stored, layout.columns), join_type="left")
     )
-    return (
-        f"SELECT {', '.join(f'x.{c}' for c in columns)}, explode(sequence({first}, {last})) AS {bt(DUP)}, "
-        f"CAST(SIGN({w}) AS INT) AS {weight} FROM ({counted}) AS x"
-    )
-
-
-def full_delta_sql(relation: str, layout: Layout, contents: str) -> str:
-    """New contents (+1) against stored contents (−1): FULL refresh as a row delta (PostgreSQL spelling)."""
-    columns = ", ".join(q(c) for c in layout.columns)
-    return (
-        f"SELECT {columns}, 1 AS {q(WEIGHT)} FROM ({contents}) AS {q('__ivm_new')} "
-        f"UNION ALL SELECT {columns}, -1 AS {q(WEIGHT)} FROM {relation}"
-    )
+    weight = exp.column(WEIGHT, "x", quoted=True)
+    first, last = multiset.ordinal_range(weight, exp.column(count, "x", quoted=True))
+    ordinals = exp.Explode(this=exp.func("sequence", first, last, dialect=DIALECT))
+    return exp.select(
+        *columns(layout.columns, "x"),
+        exp.alias_(ordinals, DUP, quoted=True),
+        exp.alias_(multiset.signed(weight), WEIGHT, quoted=True),
+    ).from_(aliased(counted, "x"))

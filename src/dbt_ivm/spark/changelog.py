@@ -18,7 +18,7 @@ it, tried in this order:
     Iceberg's changelog scan (the ``changes`` metadata table): needs the start snapshot to be an
     ancestor of the end snapshot and no delete files. Rows a copy-on-write rewrite carried over
     unchanged appear as a −1 and a +1 of the same row in one commit; they cancel as weights, and
-    ``compacted_sql`` (weights summed per row image) drops them before the delta rules see them.
+    ``compacted`` (weights summed per row image) drops them before the delta rules see them.
 ``snapshot_diff``
     Both snapshots are still readable, but the changelog cannot serve (merge-on-read delete files,
     the table was replaced by ``CREATE OR REPLACE``, a snapshot in between expired, or there is no
@@ -176,7 +176,7 @@ def _create_changelog_view(
         _create_empty_view(spark, table, view_name, columns)
         return
     # The raw changelog scan: carried-over rows of copy-on-write rewrites are still in it, as a −1
-    # and a +1 of the same row in one commit. They cancel in any Z-set sum; `compacted_sql` drops
+    # and a +1 of the same row in one commit. They cancel in any Z-set sum; `compacted` drops
     # them in the one shuffle it makes anyway (the changelog procedure would add a second one).
     raw = (
         spark.read.format("iceberg")

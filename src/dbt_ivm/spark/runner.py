@@ -35,14 +35,16 @@ from typing import Any
 from sqlglot import exp
 
 from dbt_ivm import lifecycle
+from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.terms import Bindings, Context, parse_relation
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
+from dbt_ivm.keys import SPARK
 from dbt_ivm.layout import DUP, HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Plan, scans_in
-from dbt_ivm.reserved import renamed_select, source_relation_sql
+from dbt_ivm.reserved import renamed_select, source_relation, table_of
 from dbt_ivm.spark import apply as spark_apply
 from dbt_ivm.spark import registry, session_conf, source_changes
 from dbt_ivm.spark.apply import TempViews, bt
@@ -50,7 +52,6 @@ from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable
 from dbt_ivm.spark.commit import Stamp, commit_with, current_stamp, stamp_without_data
 from dbt_ivm.spark.iceberg import current_snapshot_id
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
-from dbt_ivm.sqltext import q, qn, render
 
 KILL_POINTS = ("before_changes", "before_merge", "during_merge", "after_merge", "after_history")
 _locks: dict[str, threading.Lock] = {}
@@ -78,21 +79,17 @@ def _key(spec: StreamTableSpec) -> str:
     return qualified_name(spec.schema, spec.name)
 
 
-def _relation(spec: StreamTableSpec) -> str:
-    """The stream table in PostgreSQL spelling (what the engine's SQL is written with)."""
-    return qn(spec.schema, spec.name)
-
-
 def _parts(spec: StreamTableSpec) -> tuple[str, str]:
     return (spec.schema, spec.name)
 
 
-def _spark_relation(spec: StreamTableSpec) -> str:
-    return f"{bt(spec.schema)}.{bt(spec.name)}"
+def _table(spec: StreamTableSpec) -> exp.Table:
+    return exp.table_(spec.name, spec.schema, quoted=True)
 
 
-def _source_relation(source: TableInfo) -> str:
-    return f"{bt(source.schema)}.{bt(source.name)}"
+def _source_binding(source: TableInfo) -> str:
+    """A source's current rows under internal names, as the bindings hold relations (Spark SQL)."""
+    return source_relation(source).sql("spark")
 
 
 def _kill_point(point: str) -> None:
@@ -128,7 +125,7 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
     sources = [catalog.tables[n] for n in sorted(names)]
     call_types: dict[int, dict[int, str]] = {}
     current = Bindings(
-        current={s.info.qualified: render(source_relation_sql(s.info), "spark") for s in sources},
+        current={s.info.qualified: _source_binding(s.info) for s in sources},
         dialect="spark",
     )
     for aggregate, probe in stream.call_probes(plan, Context(current)):
@@ -223,12 +220,11 @@ def _snapshots(spark: Any, sources: list[SparkTable]) -> dict[str, int]:
 
 
 def _as_of(views: TempViews, purpose: str, source: SparkTable, snapshot: int) -> str:
-    """A view of `source` as of `snapshot`, its columns under the engine's internal names (reserved.py;
-    render() spells them for Spark)."""
-    selected = render(f"SELECT {renamed_select(source.info)}", "spark")
-    return bt(
-        views.view(purpose, f"{selected} FROM {_source_relation(source.info)} VERSION AS OF {snapshot}")
-    )
+    """A view of `source` as of `snapshot`, its columns under the engine's internal names (reserved.py)."""
+    table = table_of(source.info)
+    table.set("version", exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(snapshot)))
+    selected = exp.select(*renamed_select(source.info)).from_(table)
+    return views.view(purpose, selected.sql("spark")).sql("spark")
 
 
 def _current_bindings(views: TempViews, sources: list[SparkTable], ends: dict[str, int]) -> dict[str, str]:
@@ -237,7 +233,7 @@ def _current_bindings(views: TempViews, sources: list[SparkTable], ends: dict[st
     for index, source in enumerate(sources):
         end = ends.get(source.info.qualified, NO_SNAPSHOT)
         if end == NO_SNAPSHOT:
-            current[source.info.qualified] = render(source_relation_sql(source.info), "spark")
+            current[source.info.qualified] = _source_binding(source.info)
         else:
             current[source.info.qualified] = _as_of(views, f"cur{index}", source, end)
     return current
@@ -252,7 +248,8 @@ def _before_bindings(
         name = source.info.qualified
         start = frontier[name]
         if start == NO_SNAPSHOT:  # no snapshot yet: it held no rows
-            before[name] = f"(SELECT * FROM {current[name]} WHERE FALSE)"
+            empty = exp.select(exp.Star()).from_(parse_relation(current[name], "spark")).where(exp.false())
+            before[name] = exp.Subquery(this=empty).sql("spark")
         else:
             before[name] = _as_of(views, f"before{index}", source, start)
     return before
@@ -275,23 +272,21 @@ def _pinner(views: TempViews) -> Callable[[exp.Query], exp.Expr]:
     def pin(query: exp.Query) -> exp.Expr:
         sql = query.sql("spark")
         if sql not in pinned:
-            pinned[sql] = parse_relation(bt(views.pinned(f"pin{len(pinned)}", sql)), "spark")
+            pinned[sql] = views.pinned(f"pin{len(pinned)}", query)
         return pinned[sql].copy()
 
     return pin
 
 
-def _contents(views: TempViews, compiled: Compiled, sql: str, ends: dict[str, int]) -> tuple[Layout, str]:
-    """The table's layout and its contents from scratch, as of `ends`: a query in PostgreSQL spelling
-    over a view of the contents rendered in Spark SQL (user expressions never pass a transpiler)."""
+def _contents(
+    views: TempViews, compiled: Compiled, sql: str, ends: dict[str, int]
+) -> tuple[Layout, exp.Expr]:
+    """The table's layout and its contents from scratch, as of `ends` (a query, or a relation)."""
     if compiled.plan is not None and compiled.layout is not None:
         bindings = Bindings(current=_current_bindings(views, compiled.sources, ends), dialect="spark")
-        query = stream.contents(compiled.plan, compiled.layout, _context(compiled, bindings))
-        view = views.view("contents", query.sql("spark"))
-        return compiled.layout, f"SELECT * FROM {q(view)}"
-    # Not maintainable: the user's Spark SQL as a view, so the PostgreSQL-spelled wrapper can name it.
-    view = views.view("query", sql)
-    return spark_apply.plain_layout(compiled.output_names), f"SELECT * FROM {q(view)}"
+        return compiled.layout, stream.contents(compiled.plan, compiled.layout, _context(compiled, bindings))
+    # Not maintainable: the user's Spark SQL as a view, which sqlglot never parses.
+    return spark_apply.plain_layout(compiled.output_names), views.view("query", sql)
 
 
 def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, started: float) -> RefreshResult:
@@ -317,7 +312,7 @@ def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, sta
     # dropped leaves a table stamped with the old fingerprint, which the next run rebuilds.
     registry.save(spark, spec.catalog_schema, registration)
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {bt(spec.schema)}")
-    spark.sql(f"DROP TABLE IF EXISTS {_spark_relation(spec)}")
+    spark.sql(f"DROP TABLE IF EXISTS {_table(spec).sql('spark')}")
     stamp = Stamp(ends, registration.fingerprint, compiled.views_digest)
     rows = spark_apply.create_table(spark, _parts(spec), layout, contents, stamp)
     result = RefreshResult(action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=rows)
@@ -360,7 +355,7 @@ def _refresh(
     _kill_point("before_changes")
     changes = 0
     slow_paths: str | None = None
-    delta: str | None = None
+    delta: exp.Query | None = None
     if reason is None:
         assert compiled.plan is not None and compiled.layout is not None and frontier is not None
         bindings = Bindings(current=_current_bindings(views, compiled.sources, ends), dialect="spark")
@@ -372,9 +367,7 @@ def _refresh(
                 bindings, before=_before_bindings(views, changed, frontier, bindings.current)
             )
             context = _context(compiled, bindings, views)
-            query = stream.row_delta(compiled.plan, compiled.layout, context, _spark_relation(spec), False)
-            delta = None if query is None else f"SELECT * FROM {q(views.view('delta', query.sql('spark')))}"
-    relation = _relation(spec)
+            delta = stream.row_delta(compiled.plan, compiled.layout, context, _table(spec), SPARK)
     if reason is None:
         assert compiled.layout is not None
         result = RefreshResult(action="DIFFERENTIAL", reason=slow_paths)
@@ -382,12 +375,12 @@ def _refresh(
     else:
         result = RefreshResult(action="FULL", reason=reason)
         layout, contents = _contents(views, compiled, sql, ends)
-        delta = spark_apply.full_delta_sql(relation, layout, contents)
+        delta = full_delta(_table(spec), layout, contents)
     new_stamp = Stamp(ends, registered.fingerprint, compiled.views_digest)
     if delta is None:  # no changed source reaches the result
         stamp_without_data(spark, _parts(spec), new_stamp)
     else:
-        prepared = spark_apply.prepare(spark, views, relation, layout, delta)
+        prepared = spark_apply.prepare(spark, views, _table(spec), layout, delta)
         result.rows_inserted, result.rows_updated, result.rows_deleted = (
             prepared.inserted,
             prepared.updated,

@@ -2,7 +2,7 @@
 
 For every source whose snapshot moved, the raw changes between the frontier snapshot and the batch's
 end snapshot (``changelog.create_change_view``) are compacted into their net effect, carried-over
-rows cancelled (``compacted_sql``), computed once and kept (``TempViews.pinned``), and bound as the
+rows cancelled (``compacted``), computed once and kept (``TempViews.pinned``), and bound as the
 source's delta. Anything that makes the batch unreadable — an expired start snapshot, a changed
 schema, too many changes for ``full_refresh_threshold`` — becomes the reason for a FULL refresh.
 
@@ -18,15 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dbt_ivm.delta.compact import compacted_sql
+from sqlglot import exp
+
+from dbt_ivm.delta.compact import compacted
 from dbt_ivm.delta.terms import Bindings
 from dbt_ivm.reserved import internal_columns, renamed_select
-from dbt_ivm.spark.apply import TempViews, bt
+from dbt_ivm.spark.apply import TempViews, count_rows
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable
 from dbt_ivm.spark.changelog import create_change_view
 from dbt_ivm.spark.iceberg import total_records
 from dbt_ivm.spec import StreamTableSpec
-from dbt_ivm.sqltext import WEIGHT, q, render
+from dbt_ivm.sqltext import WEIGHT
 
 MIN_IMAGES_WORTH_WEIGHING = 1_000_000
 
@@ -73,12 +75,13 @@ def bind(
             )
         if change.path == "snapshot_diff":
             slow_paths.append(f"changes of {name} read as a snapshot diff: {change.reason}")
-        raw = f"(SELECT {renamed_select(source.info)}, {q(WEIGHT)} FROM {q(change.view)})"
-        compacted = compacted_sql(raw, internal_columns(source.info))
-        delta_view = views.pinned(f"delta{index}", render(compacted, "spark"))
-        count = int(spark.sql(f"SELECT COUNT(*) FROM {bt(delta_view)}").collect()[0][0])
+        raw = exp.select(*renamed_select(source.info), exp.column(WEIGHT, quoted=True)).from_(
+            exp.table_(change.view, quoted=True)
+        )
+        delta = views.pinned(f"delta{index}", compacted(raw, internal_columns(source.info)))
+        count = count_rows(spark, delta)
         total += count
-        bindings.delta[name] = bt(delta_view)
+        bindings.delta[name] = delta.sql("spark")
         if size > 0 and count > spec.full_refresh_threshold * size:
             return Batch(
                 f"{count} changes to {name} exceed full_refresh_threshold="
