@@ -37,6 +37,7 @@ class TempViews:
     spark: Any
     prefix: str = field(default_factory=lambda: f"__ivm_{uuid.uuid4().hex[:12]}")
     names: list[str] = field(default_factory=list)
+    frames: list[Any] = field(default_factory=list)  # cached DataFrames, unpersisted by drop()
 
     def name(self, purpose: str) -> str:
         view = f"{self.prefix}_{purpose}"
@@ -49,6 +50,16 @@ class TempViews:
         self.spark.sql(query.sql(DIALECT)).localCheckpoint(eager=True).createOrReplaceTempView(view)
         return exp.table_(view, quoted=True)
 
+    def cached(self, purpose: str, query: exp.Query) -> exp.Table:
+        """A temp view of `query` whose rows are kept once first computed: no job now, and the query
+        that first reads it computes it within its own job (a change set read by one term costs
+        nothing extra; one read by several is computed once)."""
+        view = self.name(purpose)
+        frame = self.spark.sql(query.sql(DIALECT)).persist()
+        self.frames.append(frame)
+        frame.createOrReplaceTempView(view)
+        return exp.table_(view, quoted=True)
+
     def view(self, purpose: str, spark_select: str) -> exp.Table:
         """A temp view of a SELECT in Spark SQL text (the user's query, when the engine cannot plan it)."""
         view = self.name(purpose)
@@ -59,6 +70,9 @@ class TempViews:
         for view in self.names:
             self.spark.catalog.dropTempView(view)
         self.names.clear()
+        for frame in self.frames:
+            frame.unpersist()
+        self.frames.clear()
 
 
 def plain_layout(names: list[str]) -> Layout:
@@ -88,9 +102,14 @@ def create_table(spark: Any, table: tuple[str, str], layout: Layout, contents: e
     return count_rows(spark, relation)
 
 
-def count_rows(spark: Any, relation: exp.Expr) -> int:
-    count = exp.select(exp.func("COUNT", exp.Star())).from_(relation)
-    return int(spark.sql(count.sql(DIALECT)).collect()[0][0])
+def count_rows(spark: Any, *relations: exp.Expr) -> int:
+    """The rows of all `relations`, counted in one job."""
+    counts = [exp.select(exp.alias_(exp.func("COUNT", exp.Star()), "n")).from_(r.copy()) for r in relations]
+    union: exp.Query = counts[0]
+    for count in counts[1:]:
+        union = exp.union(union, count, distinct=False)
+    total = exp.select(exp.func("SUM", exp.column("n"))).from_(union.subquery("counts"))
+    return int(spark.sql(total.sql(DIALECT)).collect()[0][0] or 0)
 
 
 @dataclass

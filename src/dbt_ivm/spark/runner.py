@@ -356,6 +356,7 @@ def _refresh(
     changes = 0
     slow_paths: str | None = None
     delta: exp.Query | None = None
+    batch: source_changes.Batch | None = None
     if reason is None:
         assert compiled.plan is not None and compiled.layout is not None and frontier is not None
         bindings = Bindings(current=_current_bindings(views, compiled.sources, ends), dialect="spark")
@@ -387,6 +388,8 @@ def _refresh(
             prepared.deleted,
         )
         _commit(spark, spec, prepared, new_stamp)
+    if result.action == "DIFFERENTIAL" and batch is not None:
+        changes = source_changes.changes_in(spark, batch)  # change sets kept: a cheap job
     lifecycle.record(backend, result, changes, started)
     _kill_point("after_history")
     return result

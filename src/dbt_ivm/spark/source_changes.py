@@ -36,8 +36,14 @@ MIN_IMAGES_WORTH_WEIGHING = 1_000_000
 @dataclass(frozen=True)
 class Batch:
     full_reason: str | None  # None: every changed source is bound in the bindings' deltas
-    changes_read: int
+    changes_read: int  # counted so far (a FULL decision); the rest: `changes_in` once the refresh ran
     slow_paths: tuple[str, ...] = ()  # sources read by a snapshot diff, and why (the refresh's reason)
+    deltas: tuple[exp.Table, ...] = ()
+
+
+def changes_in(spark: Any, batch: Batch) -> int:
+    """The net changes the batch bound, counted in one job over the kept change sets."""
+    return count_rows(spark, *batch.deltas) if batch.deltas else 0
 
 
 def bind(
@@ -52,6 +58,7 @@ def bind(
     """Bind each changed source's compacted changes into `bindings.delta`."""
     total = 0
     slow_paths: list[str] = []
+    deltas: list[exp.Table] = []
     for index, source in enumerate(changed):
         name = source.info.qualified
         table = (source.info.schema, source.info.name)
@@ -78,17 +85,22 @@ def bind(
         raw = exp.select(*renamed_select(source.info), exp.column(WEIGHT, quoted=True)).from_(
             exp.table_(change.view, quoted=True)
         )
-        delta = views.pinned(f"delta{index}", compacted(raw, internal_columns(source.info)))
-        count = count_rows(spark, delta)
-        total += count
+        delta = views.cached(f"delta{index}", compacted(raw, internal_columns(source.info)))
+        deltas.append(delta)
         bindings.delta[name] = delta.sql("spark")
-        if size > 0 and count > spec.full_refresh_threshold * size:
-            return Batch(
-                f"{count} changes to {name} exceed full_refresh_threshold="
-                f"{spec.full_refresh_threshold} of its {size} rows",
-                total,
-            )
-    return Batch(None, total, tuple(slow_paths))
+        # The summaries bound the changelog's net changes from above: count only when they could
+        # exceed the threshold (a snapshot diff's may not bound it).
+        may_exceed = change.path != "changelog" or change.row_images > spec.full_refresh_threshold * size
+        if size > 0 and may_exceed:
+            count = count_rows(spark, delta)
+            total += count
+            if count > spec.full_refresh_threshold * size:
+                return Batch(
+                    f"{count} changes to {name} exceed full_refresh_threshold="
+                    f"{spec.full_refresh_threshold} of its {size} rows",
+                    total,
+                )
+    return Batch(None, total, tuple(slow_paths), tuple(deltas))
 
 
 def _changelog_outweighs(row_images: int, rows: int) -> bool:
