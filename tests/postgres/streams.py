@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -84,7 +85,7 @@ class RecordingCursor(psycopg2.extensions.cursor):
         text = query if isinstance(query, str) else query.decode()
         connection: RecordingConnection = self.connection
         connection.statements.append(text)
-        if connection.explain and text.lstrip().upper().startswith(("MERGE", "CREATE TEMP TABLE")):
+        if connection.explain and (is_merge(text) or text.lstrip().upper().startswith("CREATE TEMP TABLE")):
             super().execute("EXPLAIN (FORMAT JSON) " + text, vars)
             connection.plans.append((text, self.fetchone()[0][0]["Plan"]))
         return super().execute(query, vars)
@@ -110,5 +111,10 @@ def recording_connection(dsn: str, explain: bool = False) -> Iterator[Any]:
         conn.close()
 
 
+def is_merge(statement: str) -> bool:
+    """A MERGE (on PostgreSQL ≥ 17 inside a WITH that counts what it did)."""
+    return re.match(r'\s*(WITH\s+"__ivm_merged"\s+AS\s*\(\s*)?MERGE\b', statement, re.I) is not None
+
+
 def merges(conn: Any) -> list[str]:
-    return [s for s in conn.statements if s.lstrip().upper().startswith("MERGE")]
+    return [s for s in conn.statements if is_merge(s)]

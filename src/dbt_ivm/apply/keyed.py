@@ -144,3 +144,33 @@ def _action_is(letter: str) -> exp.Expr:
 def classified_merge(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Merge:
     """The MERGE of `classified_rows`' rows: each does what its action says."""
     return _merge(layout, rows, stream_table, target, _action_is("D"), _action_is("U"), _action_is("I"))
+
+
+MERGED, DONE = "__ivm_merged", "__ivm_done"
+
+
+def counted_merge(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Select:
+    """PostgreSQL ≥ 17: `merge`, answering how many rows it inserted, updated and deleted — one look
+    at the stream table's rows where `counts` then `merge` take two.
+
+    >>> from dbt_ivm.keys import POSTGRES
+    >>> layout = Layout("aggregate", ("customer", "total"), ("__ivm_count",), ("customer",))
+    >>> sql = counted_merge(layout, exp.to_table("rows"), exp.to_table("totals"), POSTGRES).sql("postgres")
+    >>> print(sql[: sql.index(" USING")])
+    WITH "__ivm_merged" AS (MERGE INTO totals AS "t"
+    >>> print(sql[sql.index("RETURNING") :])
+    RETURNING MERGE_ACTION() AS "__ivm_done") SELECT COUNT(*) FILTER(WHERE "__ivm_done" = 'INSERT'), COUNT(*) FILTER(WHERE "__ivm_done" = 'UPDATE'), COUNT(*) FILTER(WHERE "__ivm_done" = 'DELETE') FROM "__ivm_merged"
+    """
+    statement = merge(layout, rows, stream_table, target)
+    action = exp.alias_(exp.Anonymous(this="merge_action"), DONE, quoted=True)
+    statement.set("returning", exp.Returning(expressions=[action]))
+    done = exp.column(DONE, quoted=True)
+    counts = [
+        exp.Filter(
+            this=exp.Count(this=exp.Star()),
+            expression=exp.Where(this=exp.EQ(this=done.copy(), expression=exp.Literal.string(kind))),
+        )
+        for kind in ("INSERT", "UPDATE", "DELETE")
+    ]
+    named = exp.to_identifier(MERGED, quoted=True)
+    return exp.select(*counts).from_(exp.table_(MERGED, quoted=True)).with_(named, as_=statement)

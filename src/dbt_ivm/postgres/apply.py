@@ -95,6 +95,13 @@ def create_table(db: Db, table: exp.Table, layout: Layout, contents: Contents, t
     return rows
 
 
+MERGE_RETURNING = 170000  # PostgreSQL 17: MERGE … RETURNING merge_action()
+
+
+def _merge_returns_actions(db: Db) -> bool:
+    return int(getattr(db.connection, "server_version", 0)) >= MERGE_RETURNING
+
+
 def apply_row_delta(
     db: Db,
     table: exp.Table,
@@ -131,6 +138,16 @@ def apply_row_delta(
         return
     rows = temp_table(db, "rows", render(keyed.consolidated_rows(layout, delta, target), reading))
     analyze(db, rows)
+    if _merge_returns_actions(db) and (triggers is None or triggers.apply_path == "merge"):
+        # One look at the stream table: the MERGE counts what it did (no count first).
+        merged = db.one(render(keyed.counted_merge(layout, rows, table, target)))
+        assert merged is not None
+        result.rows_inserted, result.rows_updated, result.rows_deleted = (
+            result.rows_inserted + int(merged[0]),
+            result.rows_updated + int(merged[1]),
+            result.rows_deleted + int(merged[2]),
+        )
+        return
     found = db.one(render(keyed.counts(layout, rows, table, target)))
     assert found is not None
     inserted, updated, deleted = (int(c) for c in found)
