@@ -8,7 +8,7 @@ and each call's argument as ``__ivm_arg<j>``, one SELECT per term, unioned.
 ...                    Column("amount", "numeric")), ("id",))
 >>> plan = build_plan("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
 ...                   StaticCatalog([orders]), "customer_totals")
->>> ctx = Context(Bindings({"public.orders": "orders"}, {"public.orders": "d"}))
+>>> ctx = Context(Bindings.named({"public.orders": "orders"}, {"public.orders": "d"}))
 >>> print(input_rows(plan, "delta", ctx).sql("postgres"))
 SELECT "orders"."customer" AS "__ivm_g0", "orders"."amount" AS "__ivm_arg0", "orders"."__ivm_weight" AS "__ivm_weight" FROM d AS "orders"
 """

@@ -12,7 +12,7 @@ SELECT.
 >>> from dbt_ivm.catalog import TableInfo
 >>> from dbt_ivm.plan.nodes import Scan
 >>> o = Scan(0, "o", TableInfo("public", "orders", ()))
->>> ctx = Context(Bindings({"public.orders": '"public"."orders"'}, {"public.orders": "d"}))
+>>> ctx = Context(Bindings.named({"public.orders": "public.orders"}, {"public.orders": "d"}))
 >>> t = Term((Read(o, "delta"),), predicates=(exp.condition('"o"."amount" > 10'),))
 >>> term_select(t, [exp.column("amount", "o", quoted=True)], ctx).sql("postgres")
 'SELECT "o"."amount", "o"."__ivm_weight" AS "__ivm_weight" FROM d AS "o" WHERE "o"."amount" > 10'
@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-import sqlglot
 from sqlglot import exp
 
 from dbt_ivm.catalog import TableInfo
@@ -36,15 +35,28 @@ Mode = Literal["current", "delta", "before", "null"]
 
 @dataclass(frozen=True)
 class Bindings:
-    """How this refresh names relations: each source's current state, and its delta if it changed.
-    Relation texts are written in `dialect`."""
+    """How this refresh names relations: each source's current state, and its delta if it changed,
+    as FROM items (a table, or a subquery) of the backend's `dialect`."""
 
-    current: dict[str, str]  # table.qualified -> SQL relation text
-    delta: dict[str, str] = field(default_factory=dict)  # absent: unchanged in this batch
+    current: dict[str, exp.Expr]  # table.qualified -> relation
+    delta: dict[str, exp.Expr] = field(default_factory=dict)  # absent: unchanged in this batch
     dialect: str = "postgres"
     # Each changed source's state before the batch (Iceberg: the frontier snapshot). None: the backend
     # has no earlier state to read, and rules derive it as current − delta.
-    before: dict[str, str] | None = None
+    before: dict[str, exp.Expr] | None = None
+
+    @staticmethod
+    def named(
+        current: dict[str, str], delta: dict[str, str] | None = None, before: dict[str, str] | None = None
+    ) -> Bindings:
+        """Bindings to plain table names (examples and tests)."""
+
+        def tables(names: dict[str, str]) -> dict[str, exp.Expr]:
+            return {k: exp.to_table(v) for k, v in names.items()}
+
+        return Bindings(
+            tables(current), tables(delta or {}), before=None if before is None else tables(before)
+        )
 
     def changed(self, table: TableInfo) -> bool:
         return table.qualified in self.delta
@@ -153,14 +165,6 @@ class Side:
         return self.before if self.before is not None else self.after + [t.negated() for t in self.delta]
 
 
-def parse_relation(text: str, dialect: str) -> exp.Expr:
-    """A relation text (a table name or a parenthesized query) as a FROM item."""
-    select = sqlglot.parse_one(f"SELECT * FROM {text}", read=dialect)
-    from_ = select.args.get("from_") or select.args["from"]
-    node: exp.Expr = from_.this
-    return node
-
-
 def aliased(relation: exp.Expr, alias: str) -> exp.Expr:
     if isinstance(relation, exp.Query):
         relation = exp.Subquery(this=relation)
@@ -178,12 +182,11 @@ def read_relation(read: Read, ctx: Context) -> exp.Expr:
     elif isinstance(item, Scan):
         name = item.table.qualified
         if mode == "delta":
-            text = ctx.bindings.delta[name]
+            relation = ctx.bindings.delta[name].copy()
         elif mode == "before" and ctx.bindings.before is not None and name in ctx.bindings.before:
-            text = ctx.bindings.before[name]
+            relation = ctx.bindings.before[name].copy()
         else:
-            text = ctx.bindings.current[name]
-        relation = parse_relation(text, ctx.bindings.dialect)
+            relation = ctx.bindings.current[name].copy()
     else:
         assert ctx.render_derived is not None
         relation = ctx.render_derived(item, mode, ctx)

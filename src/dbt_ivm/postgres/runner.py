@@ -200,7 +200,7 @@ def context(compiled: Compiled, bindings: Bindings, dialect: str = "postgres") -
 
 
 def _current_bindings(sources: list[TableInfo]) -> Bindings:
-    return Bindings(current={t.qualified: source_relation(t).sql("postgres") for t in sources})
+    return Bindings(current={t.qualified: source_relation(t) for t in sources})
 
 
 @contextmanager
@@ -439,7 +439,7 @@ def _differential(
         net = compacted(raw.table, columns, row_image(columns))
         delta_table = pg_apply.temp_table(db, f"delta_{index}", pg_apply.render(net, raw))
         pg_apply.analyze(db, delta_table)
-        bindings.delta[source.qualified] = delta_table.sql("postgres")
+        bindings.delta[source.qualified] = delta_table
     table = _table(spec)
     delta = stream.row_delta(
         compiled.plan, compiled.layout, context(compiled, bindings), table, compiled.target

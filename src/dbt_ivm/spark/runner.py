@@ -36,9 +36,9 @@ from sqlglot import exp
 
 from dbt_ivm import lifecycle
 from dbt_ivm.apply.statements import full_delta
-from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
+from dbt_ivm.catalog import qualified_name, views_digest
 from dbt_ivm.delta import stream
-from dbt_ivm.delta.terms import Bindings, Context, parse_relation
+from dbt_ivm.delta.terms import Bindings, Context
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.keys import SPARK
 from dbt_ivm.layout import DUP, HASH, Layout, layout_of
@@ -87,11 +87,6 @@ def _table(spec: StreamTableSpec) -> exp.Table:
     return exp.table_(spec.name, spec.schema, quoted=True)
 
 
-def _source_binding(source: TableInfo) -> str:
-    """A source's current rows under internal names, as the bindings hold relations (Spark SQL)."""
-    return source_relation(source).sql("spark")
-
-
 def _kill_point(point: str) -> None:
     """Test hook: die here like a crashed machine (the JVM child goes with the process group)."""
     if os.environ.get("DBT_IVM_SPARK_KILL_AT") == point:
@@ -125,7 +120,7 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
     sources = [catalog.tables[n] for n in sorted(names)]
     call_types: dict[int, dict[int, str]] = {}
     current = Bindings(
-        current={s.info.qualified: _source_binding(s.info) for s in sources},
+        current={s.info.qualified: source_relation(s.info) for s in sources},
         dialect="spark",
     )
     for aggregate, probe in stream.call_probes(plan, Context(current)):
@@ -219,37 +214,39 @@ def _snapshots(spark: Any, sources: list[SparkTable]) -> dict[str, int]:
     return ends
 
 
-def _as_of(views: TempViews, purpose: str, source: SparkTable, snapshot: int) -> str:
+def _as_of(views: TempViews, purpose: str, source: SparkTable, snapshot: int) -> exp.Expr:
     """A view of `source` as of `snapshot`, its columns under the engine's internal names (reserved.py)."""
     table = table_of(source.info)
     table.set("version", exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(snapshot)))
     selected = exp.select(*renamed_select(source.info)).from_(table)
-    return views.view(purpose, selected.sql("spark")).sql("spark")
+    return views.view(purpose, selected.sql("spark"))
 
 
-def _current_bindings(views: TempViews, sources: list[SparkTable], ends: dict[str, int]) -> dict[str, str]:
+def _current_bindings(
+    views: TempViews, sources: list[SparkTable], ends: dict[str, int]
+) -> dict[str, exp.Expr]:
     """Every source as of the batch's end snapshot (non-Iceberg sources: as they are now)."""
-    current: dict[str, str] = {}
+    current: dict[str, exp.Expr] = {}
     for index, source in enumerate(sources):
         end = ends.get(source.info.qualified, NO_SNAPSHOT)
         if end == NO_SNAPSHOT:
-            current[source.info.qualified] = _source_binding(source.info)
+            current[source.info.qualified] = source_relation(source.info)
         else:
             current[source.info.qualified] = _as_of(views, f"cur{index}", source, end)
     return current
 
 
 def _before_bindings(
-    views: TempViews, changed: list[SparkTable], frontier: dict[str, int], current: dict[str, str]
-) -> dict[str, str]:
+    views: TempViews, changed: list[SparkTable], frontier: dict[str, int], current: dict[str, exp.Expr]
+) -> dict[str, exp.Expr]:
     """Each changed source as of the frontier: the state its changes were read from."""
-    before: dict[str, str] = {}
+    before: dict[str, exp.Expr] = {}
     for index, source in enumerate(changed):
         name = source.info.qualified
         start = frontier[name]
         if start == NO_SNAPSHOT:  # no snapshot yet: it held no rows
-            empty = exp.select(exp.Star()).from_(parse_relation(current[name], "spark")).where(exp.false())
-            before[name] = exp.Subquery(this=empty).sql("spark")
+            empty = exp.select(exp.Star()).from_(current[name].copy()).where(exp.false())
+            before[name] = exp.Subquery(this=empty)
         else:
             before[name] = _as_of(views, f"before{index}", source, start)
     return before

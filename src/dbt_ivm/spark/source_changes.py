@@ -87,7 +87,7 @@ def bind(
         )
         delta = views.cached(f"delta{index}", compacted(raw, internal_columns(source.info)))
         deltas.append(delta)
-        bindings.delta[name] = delta.sql("spark")
+        bindings.delta[name] = delta
         # The summaries bound the changelog's net changes from above: count only when they could
         # exceed the threshold (a snapshot diff's may not bound it).
         may_exceed = change.path != "changelog" or change.row_images > spec.full_refresh_threshold * size
