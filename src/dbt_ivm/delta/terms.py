@@ -88,7 +88,7 @@ class Context:
 
     def as_before(self) -> Context:
         """A context whose current state is the state before the batch."""
-        return Context(self.bindings.as_before(), self.render_derived, self.call_types, self.pin)
+        return replace(self, bindings=self.bindings.as_before())
 
 
 @dataclass(frozen=True)
