@@ -182,6 +182,53 @@ def streams(s: str) -> dict[str, str]:
             f"SELECT c.id, c.name, COUNT(o.id) AS n_orders, SUM(o.amount) AS total "
             f"FROM {s}.customers c LEFT JOIN {s}.orders o ON o.customer_id = c.id GROUP BY c.id, c.name"
         ),
+        # aggregates without running state: the groups a batch touches are recomputed
+        "min_max_distinct": (
+            f"SELECT customer_id, MIN(amount) AS lo, MAX(amount) AS hi, COUNT(DISTINCT amount) AS n_amounts, "
+            f"SUM(DISTINCT amount) AS distinct_total FROM {s}.orders GROUP BY customer_id"
+        ),
+        "global_extremes": f"SELECT MIN(amount) AS lo, MAX(amount) AS hi, COUNT(*) AS n FROM {s}.orders",
+        "filtered_aggregates": (
+            f"SELECT kind, COUNT(*) FILTER (WHERE v > 2) AS big, SUM(v) FILTER (WHERE v < 5) AS small, "
+            f"BOOL_OR(v > 4) AS any_big, MIN(v) FILTER (WHERE v > 1) AS lo FROM {s}.events GROUP BY kind"
+        ),
+        # groups enter and leave as they start and stop qualifying
+        "having": (
+            f"SELECT customer_id, SUM(amount) AS total, COUNT(*) AS n FROM {s}.orders "
+            f"GROUP BY customer_id HAVING COUNT(*) >= 2 AND MAX(amount) > 20"
+        ),
+        "in_having": (
+            f"SELECT c.id, c.name FROM {s}.customers c WHERE c.id IN "
+            f"(SELECT o.customer_id FROM {s}.orders o GROUP BY o.customer_id HAVING SUM(o.amount) > 60)"
+        ),
+        # a recomputed aggregate under a join, and aggregates over aggregates
+        "derived_min_join": (
+            f"SELECT c.id, c.name, m.lo FROM {s}.customers c JOIN "
+            f"(SELECT customer_id, MIN(amount) AS lo FROM {s}.orders GROUP BY customer_id) m "
+            f"ON m.customer_id = c.id"
+        ),
+        "count_of_counts": (
+            f"SELECT n, COUNT(*) AS customers FROM "
+            f"(SELECT customer_id, COUNT(*) AS n FROM {s}.orders GROUP BY customer_id) x GROUP BY n"
+        ),
+        # TPC-H Q15's shape: the groups whose total is the largest
+        "top_total": (
+            f"WITH t AS (SELECT customer_id, SUM(amount) AS total FROM {s}.orders GROUP BY customer_id) "
+            "SELECT t.customer_id, t.total FROM t WHERE t.total = (SELECT MAX(total) FROM t)"
+        ),
+        # TopK: a batch below the last stored row changes nothing; NULL amounts and totals rank too
+        "top_orders": (
+            f"SELECT o.id, o.amount, o.customer_id FROM {s}.orders o ORDER BY o.amount DESC, o.id LIMIT 3"
+        ),
+        "top_totals_offset": (
+            f"SELECT customer_id, SUM(amount) AS total FROM {s}.orders GROUP BY customer_id "
+            "ORDER BY total DESC, customer_id LIMIT 2 OFFSET 1"
+        ),
+        # a correlated MAX, decorrelated into a join with the per-customer maximum
+        "max_per_customer": (
+            f"SELECT o.id, o.customer_id, o.amount FROM {s}.orders o WHERE o.amount = "
+            f"(SELECT MAX(o2.amount) FROM {s}.orders o2 WHERE o2.customer_id = o.customer_id)"
+        ),
     }
 
 

@@ -3,7 +3,9 @@
 Three kinds of stream table:
 
 * ``aggregate`` — one row per group; key = the group keys; hidden state lets every aggregate be
-  updated from its old value and the delta (a reference count, sums, non-NULL counts).
+  updated from its old value and the delta (a reference count, sums, non-NULL counts). A recomputed
+  aggregate (MIN, MAX, HAVING …, see `Aggregate.recomputed`) keeps no state: its touched groups are
+  recomputed from their rows.
 * ``keyed`` — a select/project/join over tables that all have primary keys; every result row is
   identified by the primary keys of the source rows it came from (hidden ``__ivm_k*`` columns; NULL
   for the missing partner of an outer join, which still leaves the row's key unique).
@@ -99,7 +101,8 @@ def _aggregate_layout(plan: Aggregate, user: tuple[str, ...]) -> Layout:
             shown = f"__ivm_g{index}"
             hidden.append(shown)
         group_columns.append(shown)
-    hidden.append(COUNT)
-    for call in plan.calls:
-        hidden.extend(state_columns(call))
+    if not plan.recomputed:  # a recomputed group's rows are read again; it keeps no state
+        hidden.append(COUNT)
+        for call in plan.calls:
+            hidden.extend(state_columns(call))
     return Layout("aggregate", user, tuple(hidden), tuple(group_columns), tuple(group_columns))

@@ -356,7 +356,7 @@ class TestDifferentialIsJudgedAtCompile:
 
     @pytest.fixture(scope="class")
     def models(self) -> dict[str, str]:
-        body = "select id, amount from {{ ref('orders') }} order by amount desc limit 2\n"
+        body = "select id, amount from {{ ref('orders') }} limit 2\n"  # LIMIT without ORDER BY
         return {
             "top_orders.sql": "{{ config(materialized='stream_table', refresh_mode='differential') }}\n"
             + body,

@@ -22,15 +22,21 @@ from sqlglot import exp
 
 from dbt_ivm.delta import relation
 from dbt_ivm.delta.aggregates import REGISTRY
-from dbt_ivm.delta.terms import Context, Term, term_select, union_all
+from dbt_ivm.delta.terms import Context, Term, aliased, term_select, union_all
 from dbt_ivm.plan.build import agg_placeholder, group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate
+from dbt_ivm.sqltext import WEIGHT
 
 COUNT = "__ivm_count"
 
 
 def arg_column(call: AggCall) -> str:
     return f"__ivm_arg{call.index}"
+
+
+def input_column(call: AggCall, position: int) -> str:
+    """The projected `position`-th column a recomputed call reads."""
+    return f"__ivm_arg{call.index}_{position}"
 
 
 def state_names(call: AggCall) -> list[str]:
@@ -44,22 +50,103 @@ def _projections(plan: Aggregate) -> list[exp.Expr]:
         for c in plan.calls
         if c.argument is not None
     ]
+    columns += [
+        exp.alias_(column.copy(), input_column(c, j), quoted=True)
+        for c in plan.calls
+        for j, column in enumerate(c.columns)
+    ]
     return columns
 
 
+def input_names(plan: Aggregate) -> list[str]:
+    """The columns of `input_rows` (without the weight)."""
+    return [str(p.alias) for p in _projections(plan)]
+
+
 def input_rows(
-    plan: Aggregate, which: Literal["after", "delta"], ctx: Context, restrict: exp.Expr | None = None
+    plan: Aggregate,
+    which: Literal["after", "before", "delta"],
+    ctx: Context,
+    restrict: exp.Expr | None = None,
 ) -> exp.Query | None:
-    """The input's rows (after the batch, or its delta with weights), keys and arguments only;
-    `restrict` is added to every term (a correlated filter). None: no changed rows."""
-    terms: list[Term] = (
-        relation.after(plan.input, ctx) if which == "after" else relation.delta(plan.input, ctx)
-    )
+    """The input's rows (after the batch, before it where the backend can read that, or its delta
+    with weights), keys and arguments only; `restrict` is added to every term (a correlated filter).
+    None: no changed rows (delta), or no readable earlier state (before)."""
+    if which == "before":
+        found = relation.before(plan.input, ctx)
+        if found is None:
+            return None
+        terms: list[Term] = found
+    elif which == "after":
+        terms = relation.after(plan.input, ctx)
+    else:
+        terms = relation.delta(plan.input, ctx)
     if not terms:
         return None
     if restrict is not None:
         terms = [t.where(restrict.copy()) for t in terms]
     return union_all([term_select(t, _projections(plan), ctx, weighted=which == "delta") for t in terms])
+
+
+def input_rows_before(plan: Aggregate, ctx: Context, restrict: exp.Expr | None = None) -> exp.Query:
+    """The input's rows before the batch (as `input_rows`). Read where the backend keeps the earlier
+    state; else derived as now − batch: both unioned with weights, summed per distinct row, and each
+    row with a positive sum repeated that many times."""
+    read = input_rows(plan, "before", ctx, restrict)
+    if read is not None:
+        return read
+    after, changes = input_rows(plan, "after", ctx, restrict), input_rows(plan, "delta", ctx, restrict)
+    assert after is not None
+    names = input_names(plan)
+    branch, summed, copies = "__ivm_z", "__ivm_summed", "__ivm_copies"
+
+    def columns(table: str) -> list[exp.Expr]:
+        return [exp.column(n, table, quoted=True) for n in names]
+
+    weight = exp.column(WEIGHT, branch, quoted=True)
+    rows: list[exp.Query] = [
+        exp.select(*columns(branch), exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True)).from_(
+            aliased(after, branch)
+        )
+    ]
+    if changes is not None:
+        undo = exp.alias_(exp.Neg(this=weight), WEIGHT, quoted=True)
+        rows.append(exp.select(*columns(branch), undo).from_(aliased(changes, branch)))
+    multiplicity = exp.func("SUM", exp.column(WEIGHT, branch, quoted=True))
+    net = exp.select(*columns(branch), exp.alias_(multiplicity, WEIGHT, quoted=True))
+    net = net.from_(aliased(union_all(rows), branch)).group_by(*columns(branch))
+    net = net.having(exp.GT(this=multiplicity.copy(), expression=exp.Literal.number(0)))
+    series = exp.ExplodingGenerateSeries(
+        start=exp.Literal.number(1), end=exp.column(WEIGHT, summed, quoted=True)
+    )
+    repeat = exp.Lateral(
+        this=series,
+        alias=exp.TableAlias(
+            this=exp.to_identifier(copies, quoted=True),
+            columns=[exp.to_identifier("__ivm_i", quoted=True)],
+        ),
+    )
+    return exp.select(*columns(summed)).from_(aliased(net, summed)).join(repeat, join_type="cross")
+
+
+def from_scratch(plan: Aggregate, rows: exp.Query, hidden_groups: bool = False) -> exp.Select:
+    """The plan's groups over `rows` (`input_rows`), from scratch: its outputs (and, with
+    `hidden_groups`, the group keys no output shows, as ``__ivm_g<i>``), HAVING applied."""
+    alias = "__ivm_rows"
+    outputs = from_scratch_outputs(plan, alias)
+    if hidden_groups:
+        shown = {o.expression for o in plan.outputs}
+        outputs += [
+            exp.alias_(column, column.name, quoted=True)
+            for column in group_columns(plan, alias)
+            if exp.column(column.name, quoted=True) not in shown
+        ]
+    query = exp.select(*outputs).from_(aliased(rows, alias))
+    if plan.group_by:
+        query = query.group_by(*group_columns(plan, alias))
+    if plan.having is not None:
+        query = query.having(_substituted(plan.having, _from_scratch_values(plan, alias)))
+    return query
 
 
 def group_columns(plan: Aggregate, table: str | None = None) -> list[exp.Column]:
@@ -97,37 +184,77 @@ def finalized_outputs(
         states: list[exp.Expr] = [exp.column(n, state, quoted=True) for n in state_names(call)]
         value = REGISTRY[call.func].finalize(states, count.copy(), types.get(call.index))
         replacements[agg_placeholder(call.index)] = exp.paren(value, copy=False)
-
-    def substitute(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Column) and not node.table and node.name in replacements:
-            return replacements[node.name].copy()
-        return node
-
     outputs = []
     for index, output in enumerate(plan.outputs):
         name = names[index] if names is not None else output.name
-        outputs.append(exp.alias_(output.expression.copy().transform(substitute), name, quoted=True))
+        outputs.append(exp.alias_(_substituted(output.expression, replacements), name, quoted=True))
     return outputs
 
 
 def from_scratch_outputs(plan: Aggregate, rows: str) -> list[exp.Expr]:
     """The plan's outputs as written, over `input_rows` (alias `rows`): each call re-aimed at its
     argument column, so the values and types are the query's own."""
-    replacements: dict[str, exp.Expr] = {}
+    values = _from_scratch_values(plan, rows)
+    return [exp.alias_(_substituted(o.expression, values), o.name, quoted=True) for o in plan.outputs]
+
+
+def call_over(call: AggCall, rows: str) -> exp.Expr:
+    """The call as written, reading the columns `input_rows` projects for it (alias `rows`)."""
+    original = call.original.copy()
+    if call.argument is not None:
+        original.set("this", exp.column(arg_column(call), rows, quoted=True))
+        return original
+    if not call.columns:
+        return original
+    projected = {
+        column: exp.column(input_column(call, j), rows, quoted=True) for j, column in enumerate(call.columns)
+    }
+    return original.transform(
+        lambda n: projected[n].copy() if isinstance(n, exp.Column) and n in projected else n
+    )
+
+
+def _from_scratch_values(plan: Aggregate, rows: str) -> dict[str, exp.Expr]:
+    values: dict[str, exp.Expr] = {}
     for i in range(len(plan.group_by)):
-        replacements[group_placeholder(i)] = exp.column(group_placeholder(i), rows, quoted=True)
+        values[group_placeholder(i)] = exp.column(group_placeholder(i), rows, quoted=True)
     for call in plan.calls:
-        original = call.original.copy()
-        if call.argument is not None:
-            original.set("this", exp.column(arg_column(call), rows, quoted=True))
-        replacements[agg_placeholder(call.index)] = original
+        values[agg_placeholder(call.index)] = call_over(call, rows)
+    return values
+
+
+def _substituted(expression: exp.Expr, values: dict[str, exp.Expr]) -> exp.Expr:
+    """`expression` with its placeholder columns replaced by `values`."""
 
     def substitute(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Column) and not node.table and node.name in replacements:
-            return replacements[node.name].copy()
+        if isinstance(node, exp.Column) and not node.table and node.name in values:
+            return values[node.name].copy()
         return node
 
-    return [exp.alias_(o.expression.copy().transform(substitute), o.name, quoted=True) for o in plan.outputs]
+    return expression.copy().transform(substitute)
+
+
+def touched_groups(plan: Aggregate, changes: exp.Expr) -> exp.Select:
+    """The distinct group keys of `changes` (`input_rows` of the delta)."""
+    alias = "__ivm_chg"
+    return (
+        exp.select(*group_columns(plan, alias))
+        .from_(aliased(changes.copy(), alias))
+        .group_by(*group_columns(plan, alias))
+    )
+
+
+def in_groups(plan: Aggregate, groups: exp.Expr) -> exp.Exists:
+    """An input row's group is among `groups` (NULL keys matching NULL): a correlated EXISTS."""
+    alias = "__ivm_affected"
+    match = [
+        exp.NullSafeEQ(this=exp.column(group_placeholder(i), alias, quoted=True), expression=key.copy())
+        for i, key in enumerate(plan.group_by)
+    ]
+    condition: exp.Expr = match[0]
+    for part in match[1:]:
+        condition = exp.and_(condition, part, copy=False)
+    return exp.Exists(this=exp.select("1").from_(aliased(groups.copy(), alias)).where(condition))
 
 
 def matching(keys: Sequence[str], left: str, right: str) -> exp.Expr:

@@ -20,10 +20,10 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.setop import delta_setop, setop_contents
 from dbt_ivm.delta.terms import Context, Mode, aliased, term_select, union_all
-from dbt_ivm.plan.nodes import Aggregate, Derived, Plan, Project, SetOp, UnionAll
+from dbt_ivm.plan.nodes import Aggregate, Derived, Plan, Project, SetOp, TopK, UnionAll
 from dbt_ivm.sqltext import WEIGHT
 
-INPUT, AFFECTED, NOW, CHANGED, BEFORE = "__ivm_in", "__ivm_affected", "__ivm_now", "__ivm_chg", "__ivm_before"
+INPUT, NOW, CHANGED, BEFORE = "__ivm_in", "__ivm_now", "__ivm_chg", "__ivm_before"
 
 
 def context(ctx: Context) -> Context:
@@ -65,12 +65,10 @@ def contents(plan: Plan, ctx: Context) -> exp.Query:
     if isinstance(plan, Aggregate):
         rows = grouping.input_rows(plan, "after", ctx)
         assert rows is not None
-        query = exp.select(*grouping.from_scratch_outputs(plan, INPUT)).from_(aliased(rows, INPUT))
-        if plan.group_by:
-            query = query.group_by(*grouping.group_columns(plan, INPUT))
-        return query
+        return grouping.from_scratch(plan, rows)
     if isinstance(plan, UnionAll):
         return union_all([renamed(contents(p, ctx), p.names, plan.names) for p in plan.inputs])
+    assert not isinstance(plan, TopK), "a TopK is read by delta/topk.py"
     return setop_contents(plan, contents(plan.left, ctx), contents(plan.right, ctx))
 
 
@@ -87,7 +85,7 @@ def delta(plan: Plan, ctx: Context) -> exp.Query | None:
         parts = [(p, delta(p, ctx)) for p in plan.inputs]
         changed = [renamed(d, p.names, plan.names, weighted=True) for p, d in parts if d is not None]
         return union_all(changed) if changed else None
-    assert isinstance(plan, SetOp)
+    assert isinstance(plan, SetOp), "a TopK is read by delta/topk.py"
     left, right = delta(plan.left, ctx), delta(plan.right, ctx)
     if left is None and right is None:
         return None
@@ -96,27 +94,34 @@ def delta(plan: Plan, ctx: Context) -> exp.Query | None:
     return delta_setop(plan, pinned_left, pinned_right, contents(plan.left, ctx), contents(plan.right, ctx))
 
 
+def _delta_recomputed(plan: Aggregate, ctx: Context) -> exp.Query | None:
+    """The touched groups recomputed over their rows now (+1) and before the batch (−1)."""
+    changes = grouping.input_rows(plan, "delta", ctx)
+    if changes is None:
+        return None
+    restrict = None
+    if plan.group_by:
+        restrict = grouping.in_groups(plan, ctx.pinned(grouping.touched_groups(plan, changes)))
+    now_rows = grouping.input_rows(plan, "after", ctx, restrict)
+    assert now_rows is not None
+    sides = []
+    for weight, rows in ((-1, grouping.input_rows_before(plan, ctx, restrict)), (1, now_rows)):
+        columns: list[exp.Expr] = [exp.column(n, INPUT, quoted=True) for n in plan.names]
+        columns.append(exp.alias_(exp.Literal.number(weight), WEIGHT, quoted=True))
+        sides.append(exp.select(*columns).from_(aliased(grouping.from_scratch(plan, rows), INPUT)))
+    return union_all(sides)
+
+
 def _delta_aggregate(plan: Aggregate, ctx: Context) -> exp.Query | None:
+    if plan.recomputed:
+        return _delta_recomputed(plan, ctx)
     found = grouping.input_rows(plan, "delta", ctx)
     if found is None:
         return None
     changes = ctx.pinned(found)  # read twice: the touched keys, and the batch's own contribution
     keys = [grouping.group_columns(plan)[i].name for i in range(len(plan.group_by))]
-    restrict = None
-    if keys:
-        # Only the touched groups' current rows: a semi-join with the changed keys.
-        key_exprs = [k.copy() for k in plan.group_by]
-        match = [
-            exp.NullSafeEQ(this=exp.column(k, AFFECTED, quoted=True), expression=e)
-            for k, e in zip(keys, key_exprs, strict=True)
-        ]
-        condition: exp.Expr = match[0]
-        for part in match[1:]:
-            condition = exp.and_(condition, part, copy=False)
-        affected = exp.select(*[exp.column(k, CHANGED, quoted=True) for k in keys]).from_(
-            aliased(changes.copy(), CHANGED)
-        )
-        restrict = exp.Exists(this=exp.select("1").from_(aliased(affected, AFFECTED)).where(condition))
+    # Only the touched groups' current rows: a semi-join with the changed keys.
+    restrict = grouping.in_groups(plan, grouping.touched_groups(plan, changes)) if keys else None
     now_rows = grouping.input_rows(plan, "after", ctx, restrict)
     assert now_rows is not None
     one = exp.Literal.number(1)

@@ -12,7 +12,8 @@ recomputing. Following one row: ``INSERT INTO orders VALUES (7, 'alice', 49.99)`
 
 A group whose count reaches 0 gets only its −1 row (it vanishes). Without GROUP BY there is always
 exactly one row, even over an empty table. Unchanged groups produce identical −1/+1 rows that cancel
-before anything is written.
+before anything is written. A recomputed aggregate (MIN, MAX, HAVING …) stores no state: the groups
+a batch touches are read back from the stream table (−1) and recomputed from their rows (+1).
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from collections.abc import Iterator
 
 from sqlglot import exp
 
-from dbt_ivm.delta import grouping, plans, relation
+from dbt_ivm.delta import grouping, plans, relation, topk
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
 from dbt_ivm.keys import Target, match
 from dbt_ivm.layout import COUNT, Layout, key_column, keyed_scans
 from dbt_ivm.plan.build import group_placeholder
-from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Relation, children
+from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Relation, TopK, children
 from dbt_ivm.reserved import internal_column
 from dbt_ivm.sqltext import WEIGHT
 
@@ -61,10 +62,14 @@ def contents(plan: Plan, layout: Layout, ctx: Context) -> exp.Query:
         return union_all(
             [term_select(t, columns, ctx, weighted=False) for t in relation.after(plan.input, ctx)]
         )
+    if isinstance(plan, TopK):
+        return topk.contents(plan, ctx)
     if not isinstance(plan, Aggregate):
         return plans.contents(plan, ctx)
     rows = grouping.input_rows(plan, "after", ctx)
     assert rows is not None
+    if plan.recomputed:
+        return grouping.from_scratch(plan, rows, hidden_groups=True)
     values = {str(o.alias): o for o in grouping.from_scratch_outputs(plan, ROWS)}
     for i in range(len(plan.group_by)):
         values.setdefault(
@@ -100,10 +105,43 @@ def row_delta(
         columns = _outputs(plan) + _key_projections(plan)
         terms = relation.delta(plan.input, ctx)
         return union_all([term_select(t, columns, ctx) for t in terms]) if terms else None
+    if isinstance(plan, TopK):
+        return topk.delta(plan, ctx, stream_table)
     if layout.kind == "multiset":
         return plans.delta(plan, ctx)
     assert isinstance(plan, Aggregate)
+    if plan.recomputed:
+        return _recomputed_aggregate_delta(plan, layout, ctx, stream_table, target)
     return _stored_aggregate_delta(plan, layout, ctx, stream_table, target)
+
+
+def _recomputed_aggregate_delta(
+    plan: Aggregate, layout: Layout, ctx: Context, table: exp.Table, target: Target
+) -> exp.Query | None:
+    """The stored rows of the groups a batch touches (−1) and those groups recomputed from their
+    current rows (+1): a group that stops qualifying for HAVING, or loses its last row, only leaves."""
+    changes = grouping.input_rows(plan, "delta", ctx)
+    if changes is None:
+        return None
+    removed = exp.select(
+        *[exp.column(c, "s", quoted=True) for c in layout.columns],
+        exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
+    ).from_(aliased(table, "s"))
+    restrict = None
+    if plan.group_by:
+        touched = ctx.pinned(grouping.touched_groups(plan, changes))  # read twice
+        keys = [exp.column(group_placeholder(i), "d", quoted=True) for i in range(len(plan.group_by))]
+        removed = removed.join(
+            aliased(touched, "d"), on=match("s", layout.key, keys, target), join_type="inner"
+        )
+        restrict = grouping.in_groups(plan, touched)
+    rows = grouping.input_rows(plan, "after", ctx, restrict)
+    assert rows is not None
+    added = exp.select(
+        *[exp.column(c, ROWS, quoted=True) for c in layout.columns],
+        exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True),
+    ).from_(aliased(grouping.from_scratch(plan, rows, hidden_groups=True), ROWS))
+    return union_all([removed, added])
 
 
 def _stored_aggregate_delta(
@@ -180,11 +218,9 @@ def call_probes(plan: Plan, ctx: Context) -> list[tuple[Aggregate, exp.Query]]:
             continue
         rows = grouping.input_rows(aggregate, "after", ctx)
         assert rows is not None
-        columns = []
-        for call in aggregate.calls:
-            original = call.original.copy()
-            if call.argument is not None:
-                original.set("this", exp.column(grouping.arg_column(call), ROWS, quoted=True))
-            columns.append(exp.alias_(original, f"c{call.index}", quoted=True))
+        columns = [
+            exp.alias_(grouping.call_over(call, ROWS), f"c{call.index}", quoted=True)
+            for call in aggregate.calls
+        ]
         probes.append((aggregate, exp.select(*columns).from_(aliased(rows, ROWS))))
     return probes

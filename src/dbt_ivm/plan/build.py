@@ -48,6 +48,7 @@ from dbt_ivm.plan.nodes import (
     Scan,
     SetKind,
     SetOp,
+    TopK,
     UnionAll,
     all_items,
 )
@@ -260,9 +261,11 @@ def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
                     model, construct, "one stream table per grouping, or refresh_mode='full'"
                 )
         if isinstance(node, exp.Query):
-            for clause, construct in (("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
-                if node.args.get(clause):
-                    raise UnsupportedQuery(model, f"`{construct}`", "filter in a downstream model")
+            for clause, construct in (("limit", "LIMIT"), ("offset", "OFFSET")):
+                if node.args.get(clause) and (node is not tree or not isinstance(node, exp.Select)):
+                    raise UnsupportedQuery(
+                        model, f"`{construct}` in `{excerpt(node)}`", "keep LIMIT on the outermost SELECT"
+                    )
             distinct = node.args.get("distinct")
             if isinstance(distinct, exp.Distinct) and distinct.args.get("on"):
                 raise UnsupportedQuery(model, "`DISTINCT ON`", "use GROUP BY")
@@ -339,12 +342,50 @@ class _Planner:
             Output(name, _unalias(s))
             for name, s in zip(names or tuple(s.alias_or_name for s in selects), selects, strict=True)
         )
+        plan: Plan
         if _is_aggregate(node):
-            return _aggregate(node, relation, outputs, self.model)
-        for output in outputs:
-            if output.expression.find(exp.Subquery):
-                self.refuse(_subquery_form(next(output.expression.find_all(exp.Subquery))))
-        return Project(relation, outputs)
+            plan = _aggregate(node, relation, outputs, self.model)
+        else:
+            for output in outputs:
+                if output.expression.find(exp.Subquery):
+                    self.refuse(_subquery_form(next(output.expression.find_all(exp.Subquery))))
+            plan = Project(relation, outputs)
+        if node.args.get("limit") or node.args.get("offset"):
+            return self.top_k(node, plan)
+        return plan
+
+    def top_k(self, node: exp.Select, plan: Plan) -> TopK:
+        """`ORDER BY … LIMIT n OFFSET m` over `plan`, the order mapped onto its output names."""
+        limit, offset = node.args.get("limit"), node.args.get("offset")
+        order = node.args.get("order")
+        if order is None:
+            self.refuse("`LIMIT` without `ORDER BY`", "order by columns that make the first rows unique")
+        aliases = [s.alias_or_name for s in node.selects]
+        terms: list[exp.Ordered] = []
+        for ordered in order.expressions:
+            key = ordered.this
+            position = None
+            if isinstance(key, exp.Column) and not key.table and key.name in aliases:
+                position = aliases.index(key.name)
+            else:
+                position = next((i for i, s in enumerate(node.selects) if _unalias(s) == key), None)
+            if position is None:
+                self.refuse(
+                    f"`ORDER BY {excerpt(key)}` with `LIMIT` (not an output column)",
+                    "select the column you order by",
+                )
+            term = ordered.copy()
+            term.set("this", exp.column(plan.names[position], quoted=True))
+            terms.append(term)
+        return TopK(plan, tuple(terms), self.count(limit, "LIMIT"), self.count(offset, "OFFSET"))
+
+    def count(self, clause: exp.Expr | None, construct: str) -> int:
+        if clause is None:
+            return 0
+        value = clause.args.get("expression") if isinstance(clause, exp.Limit | exp.Offset) else None
+        if not isinstance(value, exp.Literal) or value.is_string or not value.this.isdigit():
+            self.refuse(f"`{construct}` `{excerpt(clause)}`", f"write {construct} as a whole number")
+        return int(value.this)
 
     def block(self, node: exp.Select, outer: set[str]) -> Relation:
         """FROM, joins and WHERE of one SELECT; EXISTS / IN conjuncts become semi- and anti-joins,
@@ -503,7 +544,7 @@ def _and(conditions: list[exp.Expr]) -> exp.Expr:
 
 
 def _is_aggregate(tree: exp.Select) -> bool:
-    if tree.args.get("group") or tree.args.get("distinct"):
+    if tree.args.get("group") or tree.args.get("distinct") or tree.args.get("having"):
         return True
     return any(s.find(exp.AggFunc) for s in tree.selects)
 
@@ -516,23 +557,28 @@ def _aggregate(tree: exp.Select, relation: Relation, outputs: tuple[Output, ...]
     else:
         group = tree.args.get("group")
         keys = list(group.expressions) if group is not None else []
+    having_clause = tree.args.get("having")
+    having = having_clause.this if having_clause is not None else None
     calls: list[AggCall] = []
     templated = [_template(o.expression, keys, calls, model) for o in outputs]
+    templated_having = _template(having, keys, calls, model) if having is not None else None
     # Columns functionally dependent on a grouped primary key are legal in PostgreSQL; grouping by them
     # too changes no group and lets us keep them as state.
-    for expression in templated:
+    for expression in [*templated, *([templated_having] if templated_having is not None else [])]:
         for column in expression.find_all(exp.Column):
-            if column.table and not column.name.startswith("__ivm_"):
+            if column.table and not column.name.startswith("__ivm_") and column not in keys:
                 keys.append(column.copy())
     if len(keys) > len(tree.args["group"].expressions if tree.args.get("group") else []):
         calls = []
         templated = [_template(o.expression, keys, calls, model) for o in outputs]
+        templated_having = _template(having, keys, calls, model) if having is not None else None
     return Aggregate(
         input=relation,
         group_by=tuple(keys),
         calls=tuple(calls),
         outputs=tuple(Output(o.name, t) for o, t in zip(outputs, templated, strict=True)),
         original_outputs=outputs,
+        having=templated_having,
     )
 
 
@@ -546,7 +592,7 @@ def agg_placeholder(index: int) -> str:
 
 def _template(expression: exp.Expr, keys: list[exp.Expr], calls: list[AggCall], model: str) -> exp.Expr:
     """Replace aggregate calls and group keys in an output expression by placeholder columns."""
-    if isinstance(expression, exp.AggFunc):
+    if isinstance(expression, exp.AggFunc) or _wraps_aggregate(expression):
         call = _agg_call(expression, calls, model)
         return exp.column(agg_placeholder(call.index), quoted=True)
     for index, key in enumerate(keys):
@@ -564,23 +610,48 @@ def _template(expression: exp.Expr, keys: list[exp.Expr], calls: list[AggCall], 
     return copy
 
 
-def _agg_call(node: exp.AggFunc, calls: list[AggCall], model: str) -> AggCall:
-    func = SUPPORTED_AGGREGATES.get(type(node))
+def _wraps_aggregate(node: exp.Expr) -> bool:
+    """`agg(…) FILTER (WHERE …)` or `agg(…) WITHIN GROUP (ORDER BY …)`: one call, as written."""
+    return isinstance(node, exp.Filter | exp.WithinGroup) and isinstance(node.this, exp.AggFunc)
+
+
+def _agg_call(node: exp.Expr, calls: list[AggCall], model: str) -> AggCall:
+    """The call `node` (an aggregate, or one wrapped by FILTER / WITHIN GROUP), added to `calls` once.
+
+    COUNT, SUM and AVG keep running state, FILTER folded into their argument (`SUM(x) FILTER (WHERE
+    p)` is `SUM(CASE WHEN p THEN x END)`); any other call is recomputed for the groups a batch
+    touches, over the columns it reads."""
     text = node.sql("postgres")
-    if func is None:
-        raise UnsupportedQuery(model, f"aggregate `{text}`", "use COUNT, SUM or AVG, or refresh_mode='full'")
-    argument: exp.Expr | None = node.this
-    if isinstance(argument, exp.Distinct):
-        raise UnsupportedQuery(model, f"aggregate `{text}` (DISTINCT)", "use refresh_mode='full'")
-    if node.find_ancestor(exp.Filter) is not None or isinstance(node.parent, exp.Filter):
-        raise UnsupportedQuery(model, f"aggregate `{text}` with FILTER", "use CASE WHEN inside the aggregate")
-    if func == "count" and (argument is None or isinstance(argument, exp.Star)):
-        func, argument = "count_star", None
-    if argument is not None and argument.find(exp.AggFunc):
-        raise UnsupportedQuery(model, f"nested aggregate `{text}`")
-    for existing in calls:
-        if existing.func == func and existing.argument == argument:
-            return existing
-    call = AggCall(index=len(calls), func=func, argument=argument, original=node.copy())
+    if any(inner is not node and isinstance(inner, exp.AggFunc | exp.Window) for inner in _inside(node)):
+        raise UnsupportedQuery(model, f"nested aggregate `{text}`", "aggregate in a subquery first")
+    function, condition = node, None
+    if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
+        function, condition = node.this, node.expression.this
+    func = SUPPORTED_AGGREGATES.get(type(function))
+    argument: exp.Expr | None = function.this
+    if func is not None and not isinstance(argument, exp.Distinct) and not isinstance(node, exp.WithinGroup):
+        if func == "count" and (argument is None or isinstance(argument, exp.Star)):
+            func, argument = ("count_star", None) if condition is None else ("count", exp.Literal.number(1))
+        if condition is not None:
+            assert argument is not None
+            argument = exp.Case(ifs=[exp.If(this=condition.copy(), true=argument.copy())])
+            function = function.copy()
+            function.set("this", argument)
+        for existing in calls:
+            if existing.func == func and existing.argument == argument:
+                return existing
+        call = AggCall(index=len(calls), func=func, argument=argument, original=function.copy())
+    else:
+        for existing in calls:
+            if existing.func == "recomputed" and existing.original == node:
+                return existing
+        columns = tuple(dict.fromkeys(c.copy() for c in node.find_all(exp.Column)))
+        call = AggCall(len(calls), "recomputed", None, node.copy(), columns)
     calls.append(call)
     return call
+
+
+def _inside(node: exp.Expr) -> list[exp.Expr]:
+    """The nodes under an aggregate call, without the call itself and its FILTER / WITHIN GROUP."""
+    own = {id(node), id(node.this)} if _wraps_aggregate(node) else {id(node)}
+    return [n for n in node.walk() if id(n) not in own]

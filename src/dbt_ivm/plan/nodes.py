@@ -19,7 +19,9 @@ from sqlglot import exp
 
 from dbt_ivm.catalog import TableInfo
 
-AggFunc = Literal["count_star", "count", "sum", "avg"]
+# "recomputed": any other aggregate (MIN, MAX, COUNT(DISTINCT …), STRING_AGG …, FILTER): no running
+# state; the groups a batch touches are recomputed from their rows.
+AggFunc = Literal["count_star", "count", "sum", "avg", "recomputed"]
 JoinKind = Literal["inner", "left", "right", "full", "semi", "anti"]
 SetKind = Literal["union", "intersect", "except"]
 
@@ -92,16 +94,19 @@ class AggCall:
 
     index: int
     func: AggFunc
-    argument: exp.Expr | None  # None for COUNT(*)
+    argument: exp.Expr | None  # None for COUNT(*) and recomputed calls
     original: exp.Expr  # the call as written, for recomputing from scratch
+    columns: tuple[exp.Column, ...] = ()  # a recomputed call's input columns, each projected once
 
 
 @dataclass(frozen=True)
 class Aggregate:
-    """GROUP BY (possibly no keys: one global row) with invertible aggregates only.
+    """GROUP BY (possibly no keys: one global row), with HAVING.
 
-    `outputs` expressions reference group keys and aggregate calls through placeholders
+    `outputs` and `having` reference group keys and aggregate calls through placeholders
     (`__ivm_g<i>` / `__ivm_agg<i>` columns) so they can be evaluated over maintained state.
+    With only invertible calls (COUNT, SUM, AVG) and no HAVING, a group's state is updated from its
+    changes; otherwise (`recomputed`) the groups a batch touches are recomputed from their rows.
     """
 
     input: Relation
@@ -109,10 +114,16 @@ class Aggregate:
     calls: tuple[AggCall, ...]
     outputs: tuple[Output, ...]  # templated with placeholders
     original_outputs: tuple[Output, ...]  # as written, for recomputing from scratch
+    having: exp.Expr | None = None  # templated like `outputs`
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.outputs)
+
+    @property
+    def recomputed(self) -> bool:
+        """Its touched groups are recomputed (a call without running state, or HAVING)."""
+        return self.having is not None or any(c.func == "recomputed" for c in self.calls)
 
 
 @dataclass(frozen=True)
@@ -134,7 +145,22 @@ class SetOp:
     names: tuple[str, ...]
 
 
-Plan = Project | Aggregate | UnionAll | SetOp
+@dataclass(frozen=True)
+class TopK:
+    """`ORDER BY order LIMIT limit OFFSET offset` over `input`, the query's last step. `order` refers
+    to the input's output names (unqualified columns)."""
+
+    input: Plan
+    order: tuple[exp.Ordered, ...]
+    limit: int
+    offset: int
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.input.names
+
+
+Plan = Project | Aggregate | UnionAll | SetOp | TopK
 
 
 def items_of(relation: Relation) -> tuple[Item, ...]:
@@ -165,7 +191,7 @@ def children(node: Plan | Relation) -> tuple[Plan | Relation, ...]:
         return ()
     if isinstance(node, Derived):
         return (node.plan,)
-    if isinstance(node, Filter | Project | Aggregate):
+    if isinstance(node, Filter | Project | Aggregate | TopK):
         return (node.input,)
     if isinstance(node, UnionAll):
         return node.inputs

@@ -179,6 +179,8 @@ def _call_types(
         types = call_types.setdefault(id(aggregate), {})
         for (_, type_), call in zip(probed, aggregate.calls, strict=True):
             types[call.index] = type_
+            if call.func == "recomputed":
+                continue  # recomputed from its rows: exact whatever its type
             if type_ in REGISTRY[call.func].inexact_types or (
                 type_ in INEXACT_TYPES and call.func != "count"
             ):
