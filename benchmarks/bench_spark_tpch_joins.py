@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import random
 import re
 import shutil
@@ -46,7 +45,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,8 +52,10 @@ import sqlglot
 from sqlglot import exp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.tpch: TPC-H's refresh rows
 
 from bench_postgres import engine_version
+from tests.tpch import PRIMARY_KEYS, SEGMENTS, connection, dimensions, new_order
 
 from dbt_ivm.spark.runner import run_stream_table
 from dbt_ivm.spark.session import SessionSettings, get_or_create_session
@@ -65,24 +65,7 @@ SCHEMA = "tpch"
 CATALOG_SCHEMA = "tpch_ivm"
 HIDDEN_PREFIX = "__ivm_"
 QUERY_NUMBERS = (3, 5, 7, 8, 9, 10)
-PRIMARY_KEYS = {
-    "region": ("r_regionkey",),
-    "nation": ("n_nationkey",),
-    "supplier": ("s_suppkey",),
-    "customer": ("c_custkey",),
-    "part": ("p_partkey",),
-    "partsupp": ("ps_partkey", "ps_suppkey"),
-    "orders": ("o_orderkey",),
-    "lineitem": ("l_orderkey", "l_linenumber"),
-}
 PLOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "bench_spark_tpch_joins.png"
-FIRST_ORDER_DAY = datetime.date(1992, 1, 1)
-LAST_ORDER_DAY = datetime.date(1998, 8, 2) - datetime.timedelta(days=151)
-CURRENT_DATE = datetime.date(1995, 6, 17)  # TPC-H: decides return flags and line status
-PRIORITIES = ("1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW")
-INSTRUCTIONS = ("DELIVER IN PERSON", "COLLECT COD", "NONE", "TAKE BACK RETURN")
-MODES = ("REG AIR", "AIR", "RAIL", "SHIP", "TRUCK", "MAIL", "FOB")
-SEGMENTS = ("AUTOMOBILE", "BUILDING", "FURNITURE", "MACHINERY", "HOUSEHOLD")
 T = TypeVar("T")
 
 
@@ -106,23 +89,7 @@ def seconds(value: float | None) -> str:
 
 def tpch_connection(sf: float) -> Any:
     """A DuckDB connection holding TPC-H at scale factor `sf` (the extension from its PyPI package)."""
-    import duckdb
-
-    con = duckdb.connect()
-    try:
-        con.execute("INSTALL tpch; LOAD tpch")
-    except Exception:  # no network: the extension file shipped by duckdb-extension-tpch
-        import duckdb_extension_tpch
-
-        package = Path(duckdb_extension_tpch.__file__).parent
-        path = package / "extensions" / f"v{duckdb.__version__}" / "tpch.duckdb_extension"
-        if not path.exists():
-            found = sorted(package.glob("extensions/*/tpch.duckdb_extension"))
-            raise SystemExit(
-                f"no tpch extension for duckdb {duckdb.__version__} in {package} (found: {found}); "
-                "install duckdb and duckdb-extension-tpch of the same version"
-            ) from None
-        con.execute(f"LOAD '{path}'")
+    con = connection()
     con.execute(f"CALL dbgen(sf={sf})")
     return con
 
@@ -167,69 +134,10 @@ class ChangeBatches:
         self.order_keys: list[int] = [r[0] for r in con.execute("SELECT o_orderkey FROM orders").fetchall()]
         self.next_order = max(self.order_keys) + 1
         self.deleted: set[int] = set()
-        self.customers = int(con.execute("SELECT max(c_custkey) FROM customer").fetchone()[0])
-        self.suppliers = int(con.execute("SELECT max(s_suppkey) FROM supplier").fetchone()[0])
-        self.parts: dict[int, Decimal] = dict(
-            con.execute("SELECT p_partkey, p_retailprice FROM part").fetchall()
-        )
-        self.part_suppliers: list[tuple[int, int]] = con.execute(
-            "SELECT ps_partkey, ps_suppkey FROM partsupp"
-        ).fetchall()
-        self.types: list[str] = [
-            r[0] for r in con.execute("SELECT DISTINCT p_type FROM part ORDER BY 1").fetchall()
-        ]
-
-    def _money(self, low: int, high: int) -> Decimal:
-        return Decimal(self.random.randint(low * 100, high * 100)) / 100
+        self.customers, self.suppliers, self.parts, self.part_suppliers, self.types = dimensions(con)
 
     def _new_order(self, order_key: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        rng = self.random
-        order_day = FIRST_ORDER_DAY + datetime.timedelta(
-            days=rng.randrange((LAST_ORDER_DAY - FIRST_ORDER_DAY).days)
-        )
-        lines: list[dict[str, Any]] = []
-        for number in range(1, rng.randint(1, 7) + 1):
-            part, supplier = rng.choice(self.part_suppliers)
-            quantity = Decimal(rng.randint(1, 50))
-            ship = order_day + datetime.timedelta(days=rng.randint(1, 121))
-            receipt = ship + datetime.timedelta(days=rng.randint(1, 30))
-            lines.append(
-                {
-                    "l_orderkey": order_key,
-                    "l_partkey": part,
-                    "l_suppkey": supplier,
-                    "l_linenumber": number,
-                    "l_quantity": quantity,
-                    "l_extendedprice": quantity * self.parts[part],
-                    "l_discount": Decimal(rng.randint(0, 10)) / 100,
-                    "l_tax": Decimal(rng.randint(0, 8)) / 100,
-                    "l_returnflag": rng.choice("RA") if receipt <= CURRENT_DATE else "N",
-                    "l_linestatus": "O" if ship > CURRENT_DATE else "F",
-                    "l_shipdate": ship,
-                    "l_commitdate": order_day + datetime.timedelta(days=rng.randint(30, 90)),
-                    "l_receiptdate": receipt,
-                    "l_shipinstruct": rng.choice(INSTRUCTIONS),
-                    "l_shipmode": rng.choice(MODES),
-                    "l_comment": f"benchmark line {number}",
-                }
-            )
-        statuses = {line["l_linestatus"] for line in lines}
-        total = sum(
-            (line["l_extendedprice"] * (1 - line["l_discount"]) * (1 + line["l_tax"]) for line in lines),
-            Decimal(0),
-        )
-        order = {
-            "o_orderkey": order_key,
-            "o_custkey": rng.randint(1, self.customers),
-            "o_orderstatus": "F" if statuses == {"F"} else "O" if statuses == {"O"} else "P",
-            "o_totalprice": total.quantize(Decimal("0.01")),
-            "o_orderdate": order_day,
-            "o_orderpriority": rng.choice(PRIORITIES),
-            "o_clerk": f"Clerk#{rng.randint(1, 1000):09d}",
-            "o_shippriority": 0,
-            "o_comment": "benchmark order",
-        }
-        return order, lines
+        return new_order(self.random, order_key, self.customers, self.part_suppliers, self.parts)
 
     def _insert(self, spark: Any, table: str, rows: list[dict[str, Any]]) -> None:
         schema = spark.table(f"{SCHEMA}.{table}").schema

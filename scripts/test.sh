@@ -22,13 +22,43 @@ run_pytest() {
   fi
   return "$code"
 }
+if [ "$#" -gt 0 ]; then
+  status=0
+  run_pytest "$@" || status=$?
+  exit "$status"
+fi
+# The whole suite runs as two lanes side by side, each printed when it ends: the Spark tests, and the
+# PostgreSQL tests (with the backend-free ones) followed, when Debian's server binaries are on the
+# machine, by the PostgreSQL engine tests again on PostgreSQL 15: users point dbt-ivm at any
+# PostgreSQL >= 15.
+logs="$(mktemp -d)"
+spark_lane() {
+  run_pytest --backend spark tests/spark integration_tests/tests/spark
+}
+postgres_lane() {
+  local code=0
+  run_pytest --backend postgres --ignore tests/spark --ignore integration_tests/tests/spark || code=$?
+  pg15=/usr/lib/postgresql/15/bin
+  if [ -x "$pg15/postgres" ]; then
+    echo "== the PostgreSQL engine tests again, on PostgreSQL 15 ($pg15)"
+    run_pytest tests/postgres --pg-bin "$pg15" -q -p no:cacheprovider || code=$?
+  fi
+  return "$code"
+}
+spark_lane >"$logs/spark.log" 2>&1 &
+spark_pid=$!
+postgres_lane >"$logs/postgres.log" 2>&1 &
+postgres_pid=$!
 status=0
-run_pytest "$@" || status=$?
-# The whole suite (no arguments) also runs the PostgreSQL engine tests on PostgreSQL 15 when Debian's
-# server binaries are on the machine: users point dbt-ivm at any PostgreSQL >= 15.
-pg15=/usr/lib/postgresql/15/bin
-if [ "$#" -eq 0 ] && [ -x "$pg15/postgres" ]; then
-  echo "== the PostgreSQL engine tests again, on PostgreSQL 15 ($pg15)"
-  run_pytest tests/postgres --pg-bin "$pg15" -q -p no:cacheprovider || status=$?
+wait "$postgres_pid" || status=$?
+echo "== PostgreSQL lane (exit $status)"
+cat "$logs/postgres.log"
+spark_status=0
+wait "$spark_pid" || spark_status=$?
+echo "== Spark lane (exit $spark_status)"
+cat "$logs/spark.log"
+rm -rf "$logs"
+if [ "$status" -eq 0 ]; then
+  status=$spark_status
 fi
 exit "$status"

@@ -16,9 +16,9 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlglot import exp
@@ -443,9 +443,8 @@ def _differential(
         pg_apply.analyze(db, delta_table)
         bindings.delta[source.qualified] = delta_table
     table = _table(spec)
-    delta = stream.row_delta(
-        compiled.plan, compiled.layout, context(compiled, bindings), table, compiled.target
-    )
+    ctx = replace(context(compiled, bindings), pin=_pinner(db))
+    delta = stream.row_delta(compiled.plan, compiled.layout, ctx, table, compiled.target)
     result = RefreshResult(action="DIFFERENTIAL")
     # A delta touches few rows of the stream table, whose pages are mostly cached: the default
     # random_page_cost makes the planner scan it whole instead of probing the key-hash index.
@@ -454,6 +453,22 @@ def _differential(
         triggers = user_triggers.choose(db, spec, _relation(spec))
         pg_apply.apply_row_delta(db, table, compiled.layout, delta, result, compiled.target, triggers)
     return result
+
+
+def _pinner(db: Db) -> Callable[[exp.Query], exp.Expr]:
+    """Computes a subquery that a delta reads more than once into a temp table, once per refresh
+    (the same text twice is one table): inlined, a subquery under a join under a subquery multiplies
+    the statement's size and its planning time with every level."""
+    pinned: dict[str, exp.Table] = {}
+
+    def pin(query: exp.Query) -> exp.Expr:
+        sql = pg_apply.render(query)
+        if sql not in pinned:
+            pinned[sql] = pg_apply.temp_table(db, "pin", sql)
+            pg_apply.analyze(db, pinned[sql])
+        return pinned[sql].copy()
+
+    return pin
 
 
 def _full(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str, reason: str) -> RefreshResult:
