@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from dbt_ivm.delta import relation
 from dbt_ivm.delta.aggregates import REGISTRY
-from dbt_ivm.delta.terms import Context, Term, aliased, term_select, union_all
+from dbt_ivm.delta.terms import Context, Term, aliased, conjunction, term_select, union_all
 from dbt_ivm.plan.build import agg_placeholder, group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate
 from dbt_ivm.sqltext import WEIGHT
@@ -247,25 +247,24 @@ def touched_groups(plan: Aggregate, changes: exp.Expr) -> exp.Select:
 def in_groups(plan: Aggregate, groups: exp.Expr) -> exp.Exists:
     """An input row's group is among `groups` (NULL keys matching NULL): a correlated EXISTS."""
     alias = "__ivm_affected"
-    match = [
-        exp.NullSafeEQ(this=exp.column(group_placeholder(i), alias, quoted=True), expression=key.copy())
-        for i, key in enumerate(plan.group_by)
-    ]
-    condition: exp.Expr = match[0]
-    for part in match[1:]:
-        condition = exp.and_(condition, part, copy=False)
+    condition = conjunction(
+        [
+            exp.NullSafeEQ(this=exp.column(group_placeholder(i), alias, quoted=True), expression=key.copy())
+            for i, key in enumerate(plan.group_by)
+        ]
+    )
+    assert condition is not None, "a grouped aggregate"
     return exp.Exists(this=exp.select("1").from_(aliased(groups.copy(), alias)).where(condition))
 
 
 def matching(keys: Sequence[str], left: str, right: str) -> exp.Expr:
     """Rows of `left` and `right` whose group keys are equal or both NULL."""
-    parts: list[exp.Expr] = [
-        exp.NullSafeEQ(this=exp.column(k, left, quoted=True), expression=exp.column(k, right, quoted=True))
-        for k in keys
-    ]
-    if not parts:
-        return exp.true()
-    result = parts[0]
-    for part in parts[1:]:
-        result = exp.and_(result, part, copy=False)
-    return result
+    found = conjunction(
+        [
+            exp.NullSafeEQ(
+                this=exp.column(k, left, quoted=True), expression=exp.column(k, right, quoted=True)
+            )
+            for k in keys
+        ]
+    )
+    return exp.true() if found is None else found

@@ -91,6 +91,19 @@ class Context:
         return replace(self, bindings=self.bindings.as_before())
 
 
+def memoized_pin(dialect: str, compute: Callable[[exp.Query], exp.Expr]) -> Callable[[exp.Query], exp.Expr]:
+    """A `Context.pin` that computes each distinct query (by its `dialect` text) once per refresh."""
+    pinned: dict[str, exp.Expr] = {}
+
+    def pin(query: exp.Query) -> exp.Expr:
+        sql = query.sql(dialect)
+        if sql not in pinned:
+            pinned[sql] = compute(query)
+        return pinned[sql].copy()
+
+    return pin
+
+
 @dataclass(frozen=True)
 class Computed:
     """Rows a rule computes for itself from the batch (its changes grouped by join key), read as is."""

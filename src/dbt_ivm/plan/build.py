@@ -364,11 +364,12 @@ class _Planner:
         terms: list[exp.Ordered] = []
         for ordered in order.expressions:
             key = ordered.this
-            position = None
-            if isinstance(key, exp.Column) and not key.table and key.name in aliases:
-                position = aliases.index(key.name)
-            else:
-                position = next((i for i, s in enumerate(node.selects) if _unalias(s) == key), None)
+            by_alias = isinstance(key, exp.Column) and not key.table and key.name in aliases
+            position = (
+                aliases.index(key.name)
+                if by_alias
+                else next((i for i, s in enumerate(node.selects) if _unalias(s) == key), None)
+            )
             if position is None:
                 self.refuse(
                     f"`ORDER BY {excerpt(key)}` with `LIMIT` (not an output column)",

@@ -28,7 +28,7 @@ from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.compact import compacted, row_image
-from dbt_ivm.delta.terms import Bindings, Context
+from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
 from dbt_ivm.keys import POSTGRES, Target
 from dbt_ivm.layout import Layout, layout_of
@@ -456,19 +456,16 @@ def _differential(
 
 
 def _pinner(db: Db) -> Callable[[exp.Query], exp.Expr]:
-    """Computes a subquery that a delta reads more than once into a temp table, once per refresh
-    (the same text twice is one table): inlined, a subquery under a join under a subquery multiplies
-    the statement's size and its planning time with every level."""
-    pinned: dict[str, exp.Table] = {}
+    """Computes a subquery that a delta reads more than once into an analyzed temp table, once per
+    refresh: inlined, a subquery under a join under a subquery multiplies the statement's size and
+    its planning time with every level."""
 
-    def pin(query: exp.Query) -> exp.Expr:
-        sql = pg_apply.render(query)
-        if sql not in pinned:
-            pinned[sql] = pg_apply.temp_table(db, "pin", sql)
-            pg_apply.analyze(db, pinned[sql])
-        return pinned[sql].copy()
+    def compute(query: exp.Query) -> exp.Expr:
+        table = pg_apply.temp_table(db, "pin", pg_apply.render(query))
+        pg_apply.analyze(db, table)
+        return table
 
-    return pin
+    return memoized_pin("postgres", compute)
 
 
 def _full(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str, reason: str) -> RefreshResult:

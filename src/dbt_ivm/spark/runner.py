@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import signal
 import threading
@@ -38,7 +39,7 @@ from dbt_ivm import lifecycle
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import qualified_name, views_digest
 from dbt_ivm.delta import stream
-from dbt_ivm.delta.terms import Bindings, Context
+from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.keys import SPARK
 from dbt_ivm.layout import DUP, HASH, Layout, layout_of
@@ -264,15 +265,8 @@ def _context(compiled: Compiled, bindings: Bindings, views: TempViews | None = N
 
 
 def _pinner(views: TempViews) -> Callable[[exp.Query], exp.Expr]:
-    pinned: dict[str, exp.Expr] = {}
-
-    def pin(query: exp.Query) -> exp.Expr:
-        sql = query.sql("spark")
-        if sql not in pinned:
-            pinned[sql] = views.pinned(f"pin{len(pinned)}", query)
-        return pinned[sql].copy()
-
-    return pin
+    numbers = itertools.count()
+    return memoized_pin("spark", lambda query: views.pinned(f"pin{next(numbers)}", query))
 
 
 def _contents(
