@@ -188,6 +188,10 @@ def streams(s: str) -> dict[str, str]:
             f"SUM(DISTINCT amount) AS distinct_total FROM {s}.orders GROUP BY customer_id"
         ),
         "global_extremes": f"SELECT MIN(amount) AS lo, MAX(amount) AS hi, COUNT(*) AS n FROM {s}.orders",
+        # MIN / MAX alone: insert-only groups combine the stored extreme with the batch's
+        "extremes": f"SELECT customer_id, MIN(amount) AS lo, MAX(amount) AS hi FROM {s}.orders GROUP BY customer_id",
+        "extreme_hidden_key": f"SELECT MIN(e.v) AS lo FROM {s}.events e GROUP BY e.kind",
+        "global_max": f"SELECT MAX(v) AS top, MIN(kind) AS first_kind FROM {s}.events",
         "filtered_aggregates": (
             f"SELECT kind, COUNT(*) FILTER (WHERE v > 2) AS big, SUM(v) FILTER (WHERE v < 5) AS small, "
             f"BOOL_OR(v > 4) AS any_big, MIN(v) FILTER (WHERE v > 1) AS lo FROM {s}.events GROUP BY kind"
@@ -228,6 +232,38 @@ def streams(s: str) -> dict[str, str]:
         "max_per_customer": (
             f"SELECT o.id, o.customer_id, o.amount FROM {s}.orders o WHERE o.amount = "
             f"(SELECT MAX(o2.amount) FROM {s}.orders o2 WHERE o2.customer_id = o.customer_id)"
+        ),
+        # window functions: the partitions a batch touches are recomputed
+        "latest_order_per_customer": (
+            f"SELECT id, customer_id, amount FROM (SELECT o.id, o.customer_id, o.amount, ROW_NUMBER() "
+            f"OVER (PARTITION BY o.customer_id ORDER BY o.id DESC) AS rn FROM {s}.orders o) latest WHERE rn = 1"
+        ),
+        "window_functions": (
+            f"SELECT o.id, o.customer_id, RANK() OVER (PARTITION BY o.customer_id ORDER BY o.amount DESC) AS r, "
+            "DENSE_RANK() OVER (PARTITION BY o.customer_id ORDER BY o.amount) AS dr, "
+            "LAG(o.amount) OVER (PARTITION BY o.customer_id ORDER BY o.id) AS previous_amount, "
+            "SUM(o.amount) OVER (PARTITION BY o.customer_id ORDER BY o.id) AS running_total, "
+            "FIRST_VALUE(o.id) OVER (PARTITION BY o.customer_id ORDER BY o.id) AS first_id, "
+            f"COUNT(*) OVER (PARTITION BY o.customer_id) AS orders_of_customer FROM {s}.orders o"
+        ),
+        "row_number_unpartitioned": f"SELECT o.id, ROW_NUMBER() OVER (ORDER BY o.id) AS n FROM {s}.orders o",
+        "window_over_groups": (
+            f"SELECT kind, v, COUNT(*) AS n, RANK() OVER (PARTITION BY kind ORDER BY COUNT(*) DESC) AS r "
+            f"FROM {s}.events GROUP BY kind, v"
+        ),
+        "rank_of_totals": (
+            f"SELECT customer_id, SUM(amount) AS total, RANK() OVER (ORDER BY SUM(amount) DESC) AS r "
+            f"FROM {s}.orders GROUP BY customer_id"
+        ),
+        # grouping sets: one aggregate per grouping, unioned
+        "rollup_totals": (
+            f"SELECT c.tier, c.region_id, SUM(o.amount) AS total, COUNT(*) AS n, GROUPING(c.tier) AS g "
+            f"FROM {s}.orders o JOIN {s}.customers c ON o.customer_id = c.id GROUP BY ROLLUP (c.tier, c.region_id)"
+        ),
+        "cube_counts": f"SELECT kind, v, COUNT(*) AS n FROM {s}.events GROUP BY CUBE (kind, v)",
+        "grouping_sets_max": (
+            f"SELECT customer_id, amount, MAX(id) AS m, COUNT(*) AS n FROM {s}.orders "
+            "GROUP BY GROUPING SETS ((customer_id), (amount), ())"
         ),
     }
 

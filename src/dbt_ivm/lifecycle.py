@@ -132,8 +132,11 @@ def _decide(backend: Backend, started: float) -> RefreshResult:
     return result
 
 
-def full_reason(spec: StreamTableSpec, unsupported: object | None, frontier_known: bool) -> str | None:
-    """Why a refresh must be FULL whatever its batch holds (None: the batch decides).
+def full_reason(
+    spec: StreamTableSpec, unsupported: object | None, frontier_known: bool, whole_input: str | None = None
+) -> str | None:
+    """Why a refresh must be FULL whatever its batch holds (None: the batch decides). `whole_input`:
+    why a differential refresh would cost a recompute anyway (AUTO then refreshes FULL).
 
     >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", refresh_mode="auto")
     >>> full_reason(spec, "model m: `LIMIT` is not supported", True)
@@ -147,6 +150,8 @@ def full_reason(spec: StreamTableSpec, unsupported: object | None, frontier_know
         return str(unsupported)
     if not frontier_known:
         return "no frontier recorded"
+    if spec.refresh_mode == "auto" and whole_input is not None:
+        return whole_input
     return None
 
 

@@ -28,9 +28,9 @@ CUSTOMER_TOTALS = (
     "SELECT customer, SUM(amount) AS total, COUNT(*) AS order_count FROM orders GROUP BY customer"
 )
 UNSUPPORTED = {
-    "window function": "SELECT id, row_number() OVER (PARTITION BY customer ORDER BY id) AS rn FROM orders",
+    "window functions": "SELECT DISTINCT customer, count(*) OVER (PARTITION BY customer) AS n FROM orders",
     "LIMIT": "SELECT id, amount FROM orders LIMIT 3",
-    "ROLLUP": "SELECT customer, SUM(amount) AS total FROM orders GROUP BY ROLLUP (customer)",
+    "DISTINCT ON": "SELECT DISTINCT ON (customer) customer, amount FROM orders",
 }
 
 
@@ -171,3 +171,14 @@ def test_full_refresh_rewrites_only_rows_that_differ(
     # Every row whose values did not change is the very same tuple: never deleted and re-inserted.
     moved = {k for k in before if before[k] != after.get(k)}
     assert moved == rewritten
+
+
+def test_auto_refreshes_a_window_without_partitions_full_and_says_why(shop: Any) -> None:
+    sql = "SELECT id, row_number() OVER (ORDER BY amount DESC, id) AS place FROM orders"
+    assert refresh_and_check(shop, "places", sql).action == "CREATE"
+    execute(shop, "UPDATE orders SET amount = amount + 1000 WHERE id = 5")
+    result = refresh_and_check(shop, "places", sql)
+    assert result.action == "FULL" and "has no PARTITION BY" in (result.reason or ""), result.summary()
+    execute(shop, "DELETE FROM orders WHERE id = 6")
+    differential = refresh_and_check(shop, "places", sql, refresh_mode="differential")
+    assert differential.action == "DIFFERENTIAL", differential.summary()

@@ -95,6 +95,24 @@ SHOP_QUERIES = {
         "SELECT x.kind, x.vs, x.n, c.name FROM (SELECT kind, STRING_AGG(v::text, ',' ORDER BY v) AS vs, "
         "COUNT(*) AS n FROM events GROUP BY kind HAVING COUNT(*) > 1) x LEFT JOIN customers c ON c.name = x.kind"
     ),
+    # DISTINCT ON as the first row per key; partitions on a key that cannot be NULL matched with `=`
+    "distinct_on_latest": (
+        "SELECT DISTINCT ON (o.customer) o.customer, o.id, o.amount FROM orders o ORDER BY o.customer, o.id DESC"
+    ),
+    "distinct_on_joined": (
+        "SELECT DISTINCT ON (c.id) c.id, c.name, o.id AS order_id, o.amount FROM customers c "
+        "JOIN orders o ON o.customer_id = c.id ORDER BY c.id, o.amount DESC NULLS LAST, o.id"
+    ),
+    "window_on_key": (
+        "SELECT c.id, o.id AS order_id, ROW_NUMBER() OVER (PARTITION BY c.id ORDER BY o.id) AS nth, "
+        "SUM(o.amount) OVER w AS running, NTILE(2) OVER w AS half FROM customers c "
+        "JOIN orders o ON o.customer_id = c.id WINDOW w AS (PARTITION BY c.id ORDER BY o.id)"
+    ),
+    "grouping_sets_expressions": (
+        "SELECT COALESCE(customer, 'all') AS who, customer_id % 2 AS parity, SUM(amount) AS s, "
+        "GROUPING(customer, customer_id % 2) AS g FROM orders "
+        "GROUP BY GROUPING SETS ((customer, customer_id % 2), (customer_id % 2), ()) HAVING COUNT(*) > 1"
+    ),
 }
 
 
@@ -289,20 +307,20 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
     ("sql", "construct"),
     [
         (
-            "SELECT customer, SUM(amount) AS s FROM orders GROUP BY ROLLUP (customer)",
-            '`ROLLUP ("orders"."customer")`',
+            "SELECT customer, COUNT(*) AS n FROM orders GROUP BY CUBE (id, customer, customer_id, amount, "
+            "id + 1, id + 2, id + 3, id + 4, id + 5)",
+            "`CUBE over 9 columns`",
         ),
-        (
-            "SELECT customer, COUNT(*) AS n FROM orders GROUP BY GROUPING SETS ((customer), ())",
-            "`GROUPING SETS",
-        ),
-        ("SELECT customer, COUNT(*) AS n FROM orders GROUP BY CUBE (customer)", "`CUBE"),
+        ("SELECT DISTINCT ON (customer) customer, amount FROM orders", "`DISTINCT ON` without `ORDER BY`"),
         (
             "SELECT id FROM orders o WHERE amount > 10 OR NOT EXISTS "
             "(SELECT 1 FROM customers c WHERE c.id = o.customer_id)",
             "`NOT EXISTS` subquery",
         ),
-        ("SELECT id, rank() OVER (ORDER BY amount) AS r FROM orders", "`RANK() OVER (ORDER BY"),
+        (
+            "SELECT DISTINCT customer, COUNT(*) OVER (PARTITION BY customer) AS n FROM orders",
+            "`DISTINCT` with window functions",
+        ),
     ],
 )
 def test_refusals_name_the_construct_and_auto_recomputes(pg_conn: Any, sql: str, construct: str) -> None:

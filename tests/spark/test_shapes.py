@@ -24,7 +24,7 @@ pytestmark = pytest.mark.spark
 SEED = int(os.environ.get("DBT_IVM_SHAPES_SEED", "20250101"))
 CYCLES = 2
 CHANGES = 3
-MESSAGE_LINES = 4  # of each failure, in the final report
+MESSAGE_LINES = int(os.environ.get("DBT_IVM_MESSAGE_LINES", "4"))
 
 
 def _first_lines(error: BaseException) -> str:

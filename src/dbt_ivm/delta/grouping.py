@@ -55,7 +55,8 @@ def _projections(plan: Aggregate) -> list[exp.Expr]:
         for c in plan.calls
         for j, column in enumerate(c.columns)
     ]
-    return columns
+    # COUNT(*) alone reads no column; Spark has no SELECT without a column.
+    return columns or [exp.alias_(exp.Literal.number(1), "__ivm_row", quoted=True)]
 
 
 def input_names(plan: Aggregate) -> list[str]:
@@ -97,7 +98,13 @@ def input_rows_before(plan: Aggregate, ctx: Context, restrict: exp.Expr | None =
         return read
     after, changes = input_rows(plan, "after", ctx, restrict), input_rows(plan, "delta", ctx, restrict)
     assert after is not None
-    names = input_names(plan)
+    return now_minus_batch(after, changes, input_names(plan))
+
+
+def now_minus_batch(after: exp.Query, changes: exp.Query | None, names: Sequence[str]) -> exp.Select:
+    """The rows before a batch derived from the rows after it and the batch's changes (columns
+    `names`, plus the weight): both unioned with weights, summed per distinct row, and each row with a
+    positive sum repeated that many times."""
     branch, summed, copies = "__ivm_z", "__ivm_summed", "__ivm_copies"
 
     def columns(table: str) -> list[exp.Expr]:

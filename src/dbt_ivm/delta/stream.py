@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from sqlglot import exp
 
-from dbt_ivm.delta import grouping, plans, relation, topk
+from dbt_ivm.delta import extremes, grouping, plans, relation, topk
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
@@ -120,28 +120,47 @@ def _recomputed_aggregate_delta(
 ) -> exp.Query | None:
     """The stored rows of the groups a batch touches (−1) and those groups recomputed from their
     current rows (+1): a group that stops qualifying for HAVING, or loses its last row, only leaves."""
-    changes = grouping.input_rows(plan, "delta", ctx)
-    if changes is None:
+    found = grouping.input_rows(plan, "delta", ctx)
+    if found is None:
         return None
+    changes = ctx.pinned(found)
+    shortcut = extremes.applies(plan)
     removed = exp.select(
         *[exp.column(c, "s", quoted=True) for c in layout.columns],
         exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
     ).from_(aliased(table, "s"))
-    restrict = None
+    keys = [exp.column(group_placeholder(i), "d", quoted=True) for i in range(len(plan.group_by))]
+    if not shortcut and not plan.group_by:  # the one global row, recomputed
+        return union_all([removed, _recomputed_groups(plan, layout, ctx, None)])
+    touched = ctx.pinned(
+        extremes.touched(plan, changes) if shortcut else grouping.touched_groups(plan, changes)
+    )
+    removed = removed.join(aliased(touched, "d"), on=match("s", layout.key, keys, target), join_type="inner")
+    if not shortcut:
+        return union_all([removed, _recomputed_groups(plan, layout, ctx, grouping.in_groups(plan, touched))])
+    # Only the groups that lost a row are recomputed; the others combine their extremes.
+    loses = exp.column(extremes.LOSES, "d", quoted=True)
+    lost_groups = exp.select(*grouping.group_columns(plan, "d"), loses.copy()).from_(aliased(touched, "d"))
+    lost = ctx.pinned(lost_groups.where(loses.eq(1)))
     if plan.group_by:
-        touched = ctx.pinned(grouping.touched_groups(plan, changes))  # read twice
-        keys = [exp.column(group_placeholder(i), "d", quoted=True) for i in range(len(plan.group_by))]
-        removed = removed.join(
-            aliased(touched, "d"), on=match("s", layout.key, keys, target), join_type="inner"
+        added = _recomputed_groups(plan, layout, ctx, grouping.in_groups(plan, lost))
+    else:
+        added = _recomputed_groups(plan, layout, ctx, None).where(
+            exp.Exists(this=exp.select("1").from_(aliased(lost, "__ivm_lost")))
         )
-        restrict = grouping.in_groups(plan, touched)
+    return union_all([removed, added, extremes.combined(plan, layout, touched, table, target)])
+
+
+def _recomputed_groups(
+    plan: Aggregate, layout: Layout, ctx: Context, restrict: exp.Expr | None
+) -> exp.Select:
+    """The groups whose rows pass `restrict` (all: None), recomputed as stored rows (+1)."""
     rows = grouping.input_rows(plan, "after", ctx, restrict)
     assert rows is not None
-    added = exp.select(
+    return exp.select(
         *[exp.column(c, ROWS, quoted=True) for c in layout.columns],
         exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True),
     ).from_(aliased(grouping.from_scratch(plan, rows, hidden_groups=True), ROWS))
-    return union_all([removed, added])
 
 
 def _stored_aggregate_delta(

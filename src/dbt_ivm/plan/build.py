@@ -22,6 +22,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect, NormalizationStrategy
 from sqlglot.errors import OptimizeError, ParseError
+from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.qualify import qualify
@@ -30,6 +31,7 @@ from sqlglot.schema import MappingSchema
 
 from dbt_ivm.catalog import Catalog, TableInfo, qualified_name
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
+from dbt_ivm.plan import rewrites
 from dbt_ivm.plan.dialects import read_dialect
 from dbt_ivm.plan.internal_names import rename_reserved_columns
 from dbt_ivm.plan.nodes import (
@@ -50,6 +52,7 @@ from dbt_ivm.plan.nodes import (
     SetOp,
     TopK,
     UnionAll,
+    Window,
     all_items,
 )
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
@@ -90,6 +93,7 @@ def build_plan(
             tree, schema=schema, dialect=dialect, quote_identifiers=True, validate_qualify_columns=True
         )
         tree = merge_subqueries(tree)
+        tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
     except OptimizeError as error:
         raise InvalidQuery(model, str(error)) from error
     if not isinstance(tree, exp.Query):
@@ -248,27 +252,16 @@ def _unalias(select: exp.Expr) -> exp.Expr:
 def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
     """Constructs no rule maintains, wherever they stand in the query."""
     for node in tree.walk():
-        if isinstance(node, exp.Window):
-            raise UnsupportedQuery(model, f"window function `{excerpt(node)}`", "use refresh_mode='full'")
-        if isinstance(node, exp.Group):
-            groupings = (exp.GroupingSets, exp.Cube, exp.Rollup)
-            if any(node.args.get(k) for k in ("grouping_sets", "cube", "rollup")) or any(
-                isinstance(e, groupings) for e in node.expressions
-            ):
-                shown = next((e for e in node.expressions if isinstance(e, groupings)), None)
-                construct = f"`{excerpt(shown)}`" if shown is not None else "`GROUPING SETS / CUBE / ROLLUP`"
-                raise UnsupportedQuery(
-                    model, construct, "one stream table per grouping, or refresh_mode='full'"
-                )
+        if isinstance(node, exp.Qualify):
+            raise UnsupportedQuery(
+                model, f"`{excerpt(node)}`", "filter the window function's result in an outer SELECT"
+            )
         if isinstance(node, exp.Query):
             for clause, construct in (("limit", "LIMIT"), ("offset", "OFFSET")):
                 if node.args.get(clause) and (node is not tree or not isinstance(node, exp.Select)):
                     raise UnsupportedQuery(
                         model, f"`{construct}` in `{excerpt(node)}`", "keep LIMIT on the outermost SELECT"
                     )
-            distinct = node.args.get("distinct")
-            if isinstance(distinct, exp.Distinct) and distinct.args.get("on"):
-                raise UnsupportedQuery(model, "`DISTINCT ON`", "use GROUP BY")
 
 
 def excerpt(node: exp.Expr, limit: int = 80) -> str:
@@ -319,7 +312,55 @@ class _Planner:
             return self.set_operation(node, names)
         if not isinstance(node, exp.Select):
             self.refuse(f"`{excerpt(node)}`", "write a SELECT")
+        names = names or tuple(s.alias_or_name for s in node.selects)
+        rewritten = self.rewritten(node)
+        if rewritten is not None:
+            return self.query(rewritten, names)
+        if any(w.find_ancestor(exp.Select) is node for s in node.selects for w in s.find_all(exp.Window)):
+            return self.window(node, names)
         return self.select(node, names)
+
+    def rewritten(self, node: exp.Select) -> exp.Query | None:
+        """Grouping sets as a UNION ALL of aggregates, DISTINCT ON as a window (None: neither)."""
+        try:
+            sets = rewrites.grouping_sets(node)
+        except ValueError as error:
+            self.refuse(f"`{error}`", "name the groupings with GROUPING SETS")
+        if sets is not None:
+            if node.args.get("limit") or node.args.get("offset"):
+                self.refuse("`LIMIT` with `ROLLUP / CUBE / GROUPING SETS`", "limit in a downstream model")
+            return rewrites.as_union_of_groupings(node, sets)
+        distinct = node.args.get("distinct")
+        if isinstance(distinct, exp.Distinct) and distinct.args.get("on"):
+            if not node.args.get("order"):
+                self.refuse(
+                    "`DISTINCT ON` without `ORDER BY` (it keeps an arbitrary row per key)",
+                    "add ORDER BY with the DISTINCT ON keys first, then what picks the row",
+                )
+            if node.args.get("limit") or node.args.get("offset"):
+                self.refuse("`DISTINCT ON` with `LIMIT`", "limit in a downstream model")
+            return rewrites.distinct_on_as_window(node)
+        return None
+
+    def window(self, node: exp.Select, names: tuple[str, ...]) -> Plan:
+        """Window functions over the rest of the SELECT, planned as a subquery below them."""
+        if node.args.get("distinct"):
+            self.refuse(
+                "`DISTINCT` with window functions", "select DISTINCT from a subquery that computes them"
+            )
+        for projection in node.selects:
+            subquery = projection.find(exp.Subquery)
+            if subquery is not None:
+                self.refuse(_subquery_form(subquery) + " beside window functions")
+        inner, outputs, partition = rewrites.lifted_windows(node, _is_aggregate(node))
+        plan: Plan = Window(
+            self.query(inner),
+            partition,
+            tuple(Output(name, expression) for name, expression in zip(names, outputs, strict=True)),
+        )
+        if node.args.get("limit") or node.args.get("offset"):
+            return self.top_k(node, plan)
+        return plan
 
     def set_operation(self, node: exp.SetOperation, names: tuple[str, ...] | None) -> Plan:
         if node.args.get("order") or node.args.get("limit"):
@@ -527,7 +568,7 @@ def _is_plain(select: exp.Select) -> bool:
     set operations or limits (for EXISTS and IN, DISTINCT changes nothing)."""
     if select.args.get("group") or select.args.get("having") or select.args.get("limit"):
         return False
-    return not any(s.find(exp.AggFunc) for s in select.selects)
+    return not any(s.find(exp.AggFunc, exp.Window) for s in select.selects)
 
 
 def _correlated(select: exp.Select) -> bool:

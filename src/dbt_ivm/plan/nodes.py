@@ -160,7 +160,22 @@ class TopK:
         return self.input.names
 
 
-Plan = Project | Aggregate | UnionAll | SetOp | TopK
+@dataclass(frozen=True)
+class Window:
+    """Window functions over `input`'s rows. `outputs` refer to the input's output names (unqualified
+    columns); `partition_by` names the input columns every window function partitions by, so a batch
+    changes only the partitions its rows fall in (empty: one partition, the whole input)."""
+
+    input: Plan
+    partition_by: tuple[str, ...]
+    outputs: tuple[Output, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.outputs)
+
+
+Plan = Project | Aggregate | UnionAll | SetOp | TopK | Window
 
 
 def items_of(relation: Relation) -> tuple[Item, ...]:
@@ -172,6 +187,32 @@ def items_of(relation: Relation) -> tuple[Item, ...]:
     if relation.kind in ("semi", "anti"):
         return items_of(relation.left)
     return items_of(relation.left) + items_of(relation.right)
+
+
+def padded_aliases(relation: Relation) -> set[str]:
+    """The aliases of items an outer join may pad with NULLs (their columns can be NULL in any row)."""
+    if isinstance(relation, Scan | Derived):
+        return set()
+    if isinstance(relation, Filter):
+        return padded_aliases(relation.input)
+    padded = padded_aliases(relation.left) | padded_aliases(relation.right)
+    if relation.kind in ("left", "full"):
+        padded |= {i.alias for i in items_of(relation.right)}
+    if relation.kind in ("right", "full"):
+        padded |= {i.alias for i in items_of(relation.left)}
+    return padded
+
+
+def never_null(expression: exp.Expr, relation: Relation) -> bool:
+    """`expression` is a column of a base table declared NOT NULL (or in its primary key) that no
+    outer join pads: equality on it may use `=`, which an index or a hash can serve."""
+    if not isinstance(expression, exp.Column) or expression.table in padded_aliases(relation):
+        return False
+    scan = next((i for i in items_of(relation) if i.alias == expression.table), None)
+    if not isinstance(scan, Scan):
+        return False
+    column = next((c for c in scan.table.columns if c.name == expression.name), None)
+    return column is not None and (not column.nullable or column.name in scan.table.primary_key)
 
 
 def all_items(relation: Relation) -> Iterator[Item]:
@@ -191,11 +232,22 @@ def children(node: Plan | Relation) -> tuple[Plan | Relation, ...]:
         return ()
     if isinstance(node, Derived):
         return (node.plan,)
-    if isinstance(node, Filter | Project | Aggregate | TopK):
+    if isinstance(node, Filter | Project | Aggregate | TopK | Window):
         return (node.input,)
     if isinstance(node, UnionAll):
         return node.inputs
     return (node.left, node.right)
+
+
+def whole_input_reason(node: Plan | Relation) -> str | None:
+    """Why every batch makes a differential refresh recompute a whole input (None: it follows the
+    batch): a window function without PARTITION BY ranks every row of its input again."""
+    if isinstance(node, Window) and not node.partition_by:
+        shown = next(w for o in node.outputs for w in o.expression.find_all(exp.Window))
+        return (
+            f"window function `{shown.sql('postgres')}` has no PARTITION BY: every batch recomputes its input"
+        )
+    return next((r for r in map(whole_input_reason, children(node)) if r is not None), None)
 
 
 def scans_in(node: Plan | Relation) -> Iterator[Scan]:

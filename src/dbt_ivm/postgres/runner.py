@@ -33,7 +33,7 @@ from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
 from dbt_ivm.keys import POSTGRES, Target
 from dbt_ivm.layout import Layout, layout_of
 from dbt_ivm.plan import build_plan
-from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in
+from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
 from dbt_ivm.postgres import apply as pg_apply
 from dbt_ivm.postgres import capture, registrations, registry, user_triggers
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
@@ -400,7 +400,8 @@ def _choose_full_reason(
     """Why this refresh must be FULL (None: differential), the number of changes, the changed sources."""
     if current.needs_full and spec.refresh_mode != "full" and compiled.plan is not None:
         return current.needs_full, 0, []
-    reason = lifecycle.full_reason(spec, compiled.unsupported, current.frontier is not None)
+    whole_input = whole_input_reason(compiled.plan) if compiled.plan is not None else None
+    reason = lifecycle.full_reason(spec, compiled.unsupported, current.frontier is not None, whole_input)
     if reason is not None or current.frontier is None:
         return reason, 0, []
     total = 0

@@ -44,7 +44,7 @@ from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.keys import SPARK
 from dbt_ivm.layout import DUP, HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
-from dbt_ivm.plan.nodes import Plan, scans_in
+from dbt_ivm.plan.nodes import Plan, scans_in, whole_input_reason
 from dbt_ivm.reserved import renamed_select, source_relation, table_of
 from dbt_ivm.spark import apply as spark_apply
 from dbt_ivm.spark import registry, session_conf, source_changes
@@ -420,7 +420,8 @@ def _full_reason(
             "the stream table's current snapshot carries no dbt-ivm frontier (it was written outside "
             "dbt-ivm, or restored)"
         )
-    reason = lifecycle.full_reason(spec, compiled.unsupported, frontier is not None)
+    whole_input = whole_input_reason(compiled.plan) if compiled.plan is not None else None
+    reason = lifecycle.full_reason(spec, compiled.unsupported, frontier is not None, whole_input)
     if reason is not None or frontier is None:
         return reason
     missing = [name for name in ends if name not in frontier]

@@ -1,0 +1,132 @@
+"""Window functions: a batch changes only the partitions its rows fall in, so those partitions are
+recomputed, over their rows before the batch (−1) and after it (+1); rows of untouched partitions
+are never read. Unchanged rows of a touched partition cancel before the apply.
+
+Following one row through the latest-row-per-key pattern, ``ROW_NUMBER() OVER (PARTITION BY
+customer ORDER BY updated_at DESC) AS rn`` filtered to ``rn = 1``: an update of alice's address
+puts alice's old version (−1) and new one (+1) among the changes. The touched partitions are
+{alice}; alice's rows are ranked before (old version first: rn 1) and after (new version: rn 1,
+old: gone), so the delta is −(old, rn 1), +(new, rn 1); the filter keeps both and the stream table
+swaps one row. Bob's rows are not read.
+
+>>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
+>>> from dbt_ivm.delta.terms import Bindings, Context
+>>> from dbt_ivm.plan import build_plan
+>>> events = TableInfo("public", "events", (Column("id", "int", False), Column("k", "int", False),
+...                    Column("ts", "int")), ("id",))
+>>> plan = build_plan("SELECT id, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM events",
+...                   StaticCatalog([events]), "ranked")
+>>> ctx = Context(Bindings.named({"public.events": "events"}, {"public.events": "d"}))
+>>> print(contents(plan, ctx).sql("postgres"))
+SELECT "__ivm_win"."__ivm_w1" AS "id", ROW_NUMBER() OVER (PARTITION BY "__ivm_win"."__ivm_w0" ORDER BY "__ivm_win"."__ivm_w2" DESC) AS "rn" FROM (SELECT "events"."k" AS "__ivm_w0", "events"."id" AS "__ivm_w1", "events"."ts" AS "__ivm_w2" FROM events AS "events") AS "__ivm_win"
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dbt_ivm.delta import grouping, plans, relation
+from dbt_ivm.delta.terms import Context, aliased, conjunction, term_select, union_all
+from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Window, never_null
+from dbt_ivm.sqltext import WEIGHT
+
+INPUT, PARTS, TOUCHED = "__ivm_win", "__ivm_parts", "__ivm_touched"
+
+
+def contents(plan: Window, ctx: Context, touched: exp.Expr | None = None) -> exp.Select:
+    """The window's rows over the input as `ctx` binds it (only `touched` partitions, if given)."""
+    rows = plans.contents(plan.input, ctx) if touched is None else _partitions(plan, ctx, touched)
+    return _over(plan, rows)
+
+
+def _over(plan: Window, rows: exp.Expr) -> exp.Select:
+    def qualified(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and not node.table:
+            return exp.column(node.name, INPUT, quoted=True)
+        return node
+
+    outputs = [exp.alias_(o.expression.transform(qualified), o.name, quoted=True) for o in plan.outputs]
+    return exp.select(*outputs).from_(aliased(rows, INPUT))
+
+
+def delta(plan: Window, ctx: Context) -> exp.Query | None:
+    """The touched partitions recomputed before the batch (−1) and after it (+1)."""
+    found = plans.delta(plan.input, ctx)
+    if found is None:
+        return None
+    changes = ctx.pinned(found)
+    touched = None
+    if plan.partition_by:
+        columns = [exp.column(n, "__ivm_chg", quoted=True) for n in plan.partition_by]
+        touched = ctx.pinned(
+            exp.select(*columns).from_(aliased(changes, "__ivm_chg")).group_by(*[c.copy() for c in columns])
+        )
+    if ctx.bindings.before is not None:
+        before = contents(plan, ctx.as_before(), touched)
+    else:
+        rows = plans.contents(plan.input, ctx) if touched is None else _partitions(plan, ctx, touched)
+        now_rows = _star(ctx.pinned(rows))  # read twice: now, and now − batch
+        before = _over(plan, grouping.now_minus_batch(now_rows, _star(changes), plan.input.names))
+    after = contents(plan, ctx, touched)
+    sides: list[exp.Query] = []
+    for weight, side in ((-1, before), (1, after)):
+        values: list[exp.Expr] = [exp.column(n, "__ivm_side", quoted=True) for n in plan.names]
+        values.append(exp.alias_(exp.Literal.number(weight), WEIGHT, quoted=True))
+        sides.append(exp.select(*values).from_(aliased(side, "__ivm_side")))
+    return union_all(sides)
+
+
+def _star(relation: exp.Expr) -> exp.Query:
+    return relation if isinstance(relation, exp.Query) else exp.select("*").from_(relation.copy())
+
+
+def _partitions(plan: Window, ctx: Context, touched: exp.Expr) -> exp.Query:
+    """The input's rows in the `touched` partitions, the restriction pushed below the input's own
+    operator where it can be (to the base tables of a projection, to an aggregate's group keys)."""
+    source = plan.input
+    if isinstance(source, Project):
+        by_name = {o.name: o.expression for o in source.outputs}
+        restrict = _in_touched(plan, touched, [by_name[n] for n in plan.partition_by], source)
+        outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in source.outputs]
+        terms = relation.after(source.input, ctx)
+        return union_all([term_select(t.where(restrict.copy()), outputs, ctx, weighted=False) for t in terms])
+    if isinstance(source, Aggregate):
+        by_name = {o.name: o.expression for o in source.outputs}
+        keys = [_group_key(source, by_name[n]) for n in plan.partition_by]
+        if all(k is not None for k in keys):
+            restrict = _in_touched(plan, touched, [k for k in keys if k is not None], source)
+            rows = grouping.input_rows(source, "after", ctx, restrict)
+            assert rows is not None
+            return grouping.from_scratch(source, rows)
+    every = "__ivm_all"
+    columns: list[exp.Expr] = [exp.column(n, every, quoted=True) for n in plan.partition_by]
+    return (
+        exp.select("*")
+        .from_(aliased(plans.contents(source, ctx), every))
+        .where(_in_touched(plan, touched, columns, None))
+    )
+
+
+def _group_key(source: Aggregate, output: exp.Expr) -> exp.Expr | None:
+    """The group key expression an aggregate's output shows as is (None: a computed output)."""
+    for index, key in enumerate(source.group_by):
+        if output == exp.column(group_placeholder(index), quoted=True):
+            return key
+    return None
+
+
+def _in_touched(plan: Window, touched: exp.Expr, values: list[exp.Expr], source: Plan | None) -> exp.Exists:
+    """A row's partition values are among `touched` (NULL matching NULL, unless the value cannot be
+    NULL: plain equality lets an index or a hash join find the rows)."""
+    over = source.input if isinstance(source, Project | Aggregate) else None
+    matches: list[exp.Expr] = []
+    for name, value in zip(plan.partition_by, values, strict=True):
+        part = exp.column(name, TOUCHED, quoted=True)
+        if over is not None and never_null(value, over):
+            matches.append(exp.EQ(this=part, expression=value.copy()))
+        else:
+            matches.append(exp.NullSafeEQ(this=part, expression=value.copy()))
+    condition = conjunction(matches)
+    assert condition is not None
+    return exp.Exists(this=exp.select("1").from_(aliased(touched, TOUCHED)).where(condition))
