@@ -27,13 +27,15 @@ if [ "$#" -gt 0 ]; then
   run_pytest "$@" || status=$?
   exit "$status"
 fi
-# The whole suite runs as two lanes side by side, each printed when it ends: the Spark tests, and the
-# PostgreSQL tests (with the backend-free ones) followed, when Debian's server binaries are on the
-# machine, by the PostgreSQL engine tests again on PostgreSQL 15: users point dbt-ivm at any
-# PostgreSQL >= 15.
+# The whole suite runs as two lanes side by side, each printed when it ends. One runs the long Spark
+# suites (query shapes, TPC-H, randomized DML); the other the PostgreSQL tests (with the
+# backend-free ones), then, when Debian's server binaries are on the machine, the PostgreSQL engine
+# tests again on PostgreSQL 15 (users point dbt-ivm at any PostgreSQL >= 15), then the other Spark
+# tests. Each Spark session is mostly one busy thread, so two of them share the cores well.
 logs="$(mktemp -d)"
+long_spark=(tests/spark/test_shapes.py tests/spark/test_tpch.py tests/spark/test_randomized.py)
 spark_lane() {
-  run_pytest --backend spark tests/spark integration_tests/tests/spark
+  run_pytest --backend spark "${long_spark[@]}"
 }
 postgres_lane() {
   local code=0
@@ -43,6 +45,10 @@ postgres_lane() {
     echo "== the PostgreSQL engine tests again, on PostgreSQL 15 ($pg15)"
     run_pytest tests/postgres --pg-bin "$pg15" -q -p no:cacheprovider || code=$?
   fi
+  echo "== the other Spark tests"
+  local ignored=()
+  for file in "${long_spark[@]}"; do ignored+=(--ignore "$file"); done
+  run_pytest --backend spark tests/spark integration_tests/tests/spark "${ignored[@]}" || code=$?
   return "$code"
 }
 spark_lane >"$logs/spark.log" 2>&1 &
@@ -51,11 +57,11 @@ postgres_lane >"$logs/postgres.log" 2>&1 &
 postgres_pid=$!
 status=0
 wait "$postgres_pid" || status=$?
-echo "== PostgreSQL lane (exit $status)"
+echo "== PostgreSQL lane, then the other Spark tests (exit $status)"
 cat "$logs/postgres.log"
 spark_status=0
 wait "$spark_pid" || spark_status=$?
-echo "== Spark lane (exit $spark_status)"
+echo "== Spark lane: shapes, TPC-H, randomized (exit $spark_status)"
 cat "$logs/spark.log"
 rm -rf "$logs"
 if [ "$status" -eq 0 ]; then
