@@ -24,7 +24,7 @@ from dbt_ivm.delta import relation
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.terms import Context, Term, aliased, conjunction, term_select, union_all
 from dbt_ivm.plan.build import agg_placeholder, group_placeholder
-from dbt_ivm.plan.nodes import AggCall, Aggregate
+from dbt_ivm.plan.nodes import AggCall, Aggregate, Relation, never_null
 from dbt_ivm.sqltext import WEIGHT
 
 COUNT = "__ivm_count"
@@ -252,16 +252,28 @@ def touched_groups(plan: Aggregate, changes: exp.Expr) -> exp.Select:
 
 
 def in_groups(plan: Aggregate, groups: exp.Expr) -> exp.Exists:
-    """An input row's group is among `groups` (NULL keys matching NULL): a correlated EXISTS."""
+    """An input row's group is among `groups`: a correlated EXISTS (`among`)."""
+    names = [group_placeholder(i) for i in range(len(plan.group_by))]
+    return among(groups, names, list(plan.group_by), plan.input)
+
+
+def among(
+    touched: exp.Expr, names: Sequence[str], values: Sequence[exp.Expr], relation: Relation | None
+) -> exp.Exists:
+    """The `values` of a row (of `relation`, when they are its columns) are a row of `touched` (its
+    columns `names`), NULL matching NULL: a correlated EXISTS. A value that cannot be NULL is matched
+    with `=`, which an index or a hash join can serve."""
     alias = "__ivm_affected"
-    condition = conjunction(
-        [
-            exp.NullSafeEQ(this=exp.column(group_placeholder(i), alias, quoted=True), expression=key.copy())
-            for i, key in enumerate(plan.group_by)
-        ]
-    )
-    assert condition is not None, "a grouped aggregate"
-    return exp.Exists(this=exp.select("1").from_(aliased(groups.copy(), alias)).where(condition))
+    matches: list[exp.Expr] = []
+    for name, value in zip(names, values, strict=True):
+        column = exp.column(name, alias, quoted=True)
+        if relation is not None and never_null(value, relation):
+            matches.append(exp.EQ(this=column, expression=value.copy()))
+        else:
+            matches.append(exp.NullSafeEQ(this=column, expression=value.copy()))
+    condition = conjunction(matches)
+    assert condition is not None, "at least one value"
+    return exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(condition))
 
 
 def matching(keys: Sequence[str], left: str, right: str) -> exp.Expr:

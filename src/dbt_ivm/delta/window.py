@@ -26,12 +26,12 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dbt_ivm.delta import grouping, plans, relation
-from dbt_ivm.delta.terms import Context, aliased, conjunction, term_select, union_all
+from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
 from dbt_ivm.plan.build import group_placeholder
-from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Window, never_null
+from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Window
 from dbt_ivm.sqltext import WEIGHT
 
-INPUT, PARTS, TOUCHED = "__ivm_win", "__ivm_parts", "__ivm_touched"
+INPUT = "__ivm_win"
 
 
 def contents(plan: Window, ctx: Context, touched: exp.Expr | None = None) -> exp.Select:
@@ -117,16 +117,6 @@ def _group_key(source: Aggregate, output: exp.Expr) -> exp.Expr | None:
 
 
 def _in_touched(plan: Window, touched: exp.Expr, values: list[exp.Expr], source: Plan | None) -> exp.Exists:
-    """A row's partition values are among `touched` (NULL matching NULL, unless the value cannot be
-    NULL: plain equality lets an index or a hash join find the rows)."""
+    """A row's partition values are among `touched`."""
     over = source.input if isinstance(source, Project | Aggregate) else None
-    matches: list[exp.Expr] = []
-    for name, value in zip(plan.partition_by, values, strict=True):
-        part = exp.column(name, TOUCHED, quoted=True)
-        if over is not None and never_null(value, over):
-            matches.append(exp.EQ(this=part, expression=value.copy()))
-        else:
-            matches.append(exp.NullSafeEQ(this=part, expression=value.copy()))
-    condition = conjunction(matches)
-    assert condition is not None
-    return exp.Exists(this=exp.select("1").from_(aliased(touched, TOUCHED)).where(condition))
+    return grouping.among(touched, plan.partition_by, values, over)
