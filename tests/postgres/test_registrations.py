@@ -158,6 +158,13 @@ def test_a_refresh_in_progress_is_left_alone(shop: Any, pg_dsn: str) -> None:
         )
         assert registrations.forget_missing(Db(shop), CATALOG) == []
         assert "public.big_orders" in registered(shop)
+        # Unlock explicitly: a closed connection's backend releases its locks
+        # only when it exits, after close() has already returned.
+        execute(
+            other,
+            "SELECT pg_advisory_unlock(hashtext(%s))",
+            (registrations.refresh_lock_key("public.big_orders"),),
+        )
     finally:
         other.close()
     assert registrations.forget_missing(Db(shop), CATALOG) == ["public.big_orders"]
