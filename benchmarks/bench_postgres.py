@@ -8,7 +8,7 @@ Run by hand; prints Markdown tables (kept in docs/benchmarks.md) and progress on
 
 Refresh part, per table size: `orders` (N rows) and `customers` (100k rows), and four stream tables
 over them — customer_totals and order_details, each once refreshed DIFFERENTIAL (refresh_mode
-'auto' with full_refresh_threshold set so high that even the 100k batch stays differential) and once
+'differential': 'auto' may choose to recompute a large batch, by its threshold or by cost) and once
 with refresh_mode='full' (our FULL refresh: recompute, then write only the rows that differ). Each
 repeat applies one batch of order changes (half inserts, 30 % updates — a tenth of them moving the
 order to another customer — and 20 % deletes) in one transaction, then refreshes all four, so DIFF
@@ -202,8 +202,7 @@ def spec_for(name: str, full: bool) -> StreamTableSpec:
         schema="public",
         name=name + ("_full" if full else ""),
         sql=QUERIES[name],
-        refresh_mode="full" if full else "auto",
-        full_refresh_threshold=NO_FALLBACK,
+        refresh_mode="full" if full else "differential",
         initiated_by="benchmark",
     )
 

@@ -5,8 +5,8 @@ REBUILD it (--full-refresh, a changed query under on_configuration_change='apply
 rebuild), FAIL (a changed query under 'fail'), CONTINUE maintaining the registered query (a changed
 query under 'continue'), or REFRESH it. A refresh is SKIP, DIFFERENTIAL or FULL; why it is FULL is
 decided here too (`full_reason`), before the backend adds what only it can know (a truncated
-source, a source without change history, a batch over AUTO's threshold). Every run, failed or not,
-leaves one history row with its duration.
+source, a source without change history, a batch over AUTO's threshold or dearer applied than
+recomputed: `dbt_ivm.cost`). Every run, failed or not, leaves one history row with its duration.
 
 A backend (PostgreSQL, Spark; IMMEDIATE mode later) supplies the storage-specific steps behind
 `Backend`: serialize runs of one table, read its registration, build it from scratch, refresh it,

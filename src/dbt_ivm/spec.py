@@ -41,6 +41,8 @@ class RefreshResult:
     rows_deleted: int = 0
     seconds: float = 0.0
     reason: str | None = None  # why AUTO/DIFFERENTIAL did FULL, why a rebuild happened, ...
+    # AUTO's planner estimate of the differential refresh (dbt_ivm.cost), kept as evidence for later.
+    estimated_differential_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
     refresh_id: int | None = None
     # How rows were written: 'merge', 'explicit' (DELETE/UPDATE/INSERT for user triggers) or
@@ -52,8 +54,9 @@ class RefreshResult:
         return self.rows_inserted + self.rows_updated + self.rows_deleted
 
     def history_fields(self, initiated_by: str, changes_read: int) -> dict[str, object]:
-        """The columns of this run's row in the refresh history table (same on every backend)."""
-        return {
+        """The columns of this run's row in the refresh history table (same on every backend; the
+        planner's estimate only where there is one: Spark's history has no such column)."""
+        fields: dict[str, object] = {
             "action": self.action,
             "rows_inserted": self.rows_inserted,
             "rows_updated": self.rows_updated,
@@ -64,6 +67,9 @@ class RefreshResult:
             "initiated_by": initiated_by,
             "duration_seconds": self.seconds,
         }
+        if self.estimated_differential_seconds is not None:
+            fields["estimated_differential_seconds"] = self.estimated_differential_seconds
+        return fields
 
     @staticmethod
     def failure_fields(error: BaseException, seconds: float, initiated_by: str) -> dict[str, object]:

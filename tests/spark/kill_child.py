@@ -41,7 +41,7 @@ def prepare(spark: Any, kill_at: str) -> None:
     sql(f"INSERT INTO {s}.orders VALUES (1,'alice',10),(2,'alice',20),(3,'bob',30)")
     sql(f"INSERT INTO {s}.events VALUES ('a',1),('a',1),('b',2)")
     for name, query in streams(s).items():
-        refresh_and_check(spark, s, name, query, "create", full_refresh_threshold=100.0)
+        refresh_and_check(spark, s, name, query, "create", refresh_mode="differential")
     sql(f"INSERT INTO {s}.orders VALUES (4,'bob',40),(5,'carol',5)")
     sql(f"UPDATE {s}.orders SET amount = amount + 1 WHERE id = 1")
     sql(f"INSERT INTO {s}.events VALUES ('a',1),('c',3)")
@@ -49,23 +49,23 @@ def prepare(spark: Any, kill_at: str) -> None:
     # 'kept' refreshes normally; 'totals' (last) dies at the kill point.
     *first, last = streams(s).items()
     for name, query in first:
-        refresh_and_check(spark, s, name, query, "before the kill", full_refresh_threshold=100.0)
+        refresh_and_check(spark, s, name, query, "before the kill", refresh_mode="differential")
     os.environ[KILL_ENV] = kill_at
-    refresh_and_check(spark, s, last[0], last[1], "killed", full_refresh_threshold=100.0)
+    refresh_and_check(spark, s, last[0], last[1], "killed", refresh_mode="differential")
 
 
 def recover(spark: Any) -> None:
     s = SCHEMA
     sql = spark.sql
     for name, query in streams(s).items():
-        first = refresh_and_check(spark, s, name, query, "after the kill", full_refresh_threshold=100.0)
+        first = refresh_and_check(spark, s, name, query, "after the kill", refresh_mode="differential")
         assert first.action in ("DIFFERENTIAL", "SKIP"), first.summary()
-        again = refresh_and_check(spark, s, name, query, "no changes", full_refresh_threshold=100.0)
+        again = refresh_and_check(spark, s, name, query, "no changes", refresh_mode="differential")
         assert again.action == "SKIP", again.summary()
     sql(f"DELETE FROM {s}.orders WHERE id = 2")
     sql(f"INSERT INTO {s}.events VALUES ('c',3)")
     for name, query in streams(s).items():
-        later = refresh_and_check(spark, s, name, query, "later batch", full_refresh_threshold=100.0)
+        later = refresh_and_check(spark, s, name, query, "later batch", refresh_mode="differential")
         assert later.action == "DIFFERENTIAL", later.summary()
     print("recovered")
 

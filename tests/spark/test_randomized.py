@@ -122,7 +122,7 @@ def test_randomized_refreshes_match_queries(spark: Any, spark_schema: str) -> No
         done = [workload.step() for _ in range(STEPS)]
         context = f"seed {seed} cycle {cycle}: {done}"
         for name, sql in streams.items():
-            result = refresh_and_check(spark, s, name, sql, context, full_refresh_threshold=100.0)
+            result = refresh_and_check(spark, s, name, sql, context, refresh_mode="differential")
             seen[name].add(result.action)
     for name, actions in seen.items():
         assert "FULL" not in actions, (name, actions)

@@ -36,7 +36,7 @@ def test_examples_follow_dml(spark: Any, spark_schema: str) -> None:
 
     def check(step: str) -> None:
         for name, sql in queries.items():
-            result = refresh_and_check(spark, s, name, sql, step, full_refresh_threshold=100.0)
+            result = refresh_and_check(spark, s, name, sql, step, refresh_mode="differential")
             actions[name].append(result.action)
 
     check("create")

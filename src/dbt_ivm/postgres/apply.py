@@ -102,11 +102,44 @@ def _merge_returns_actions(db: Db) -> bool:
     return int(getattr(db.connection, "server_version", 0)) >= MERGE_RETURNING
 
 
+def staged_rows(layout: Layout, delta: exp.Expr, target: Target) -> exp.Select:
+    """The rows `apply_row_delta` computes first (into a temp table): all the reading of the delta
+    (or, for FULL, of the query and the stored rows) happens here, what follows touches only them."""
+    if layout.kind == "multiset":
+        return multiset.summed_rows(layout, delta, target)
+    return keyed.consolidated_rows(layout, delta, target)
+
+
+@dataclass(frozen=True)
+class StagedRows:
+    """A row delta's `staged_rows` rendered once, where it is priced before it is applied (a large
+    delta's tree takes long to copy and render)."""
+
+    sql: str
+
+    @staticmethod
+    def of(delta: exp.Query, layout: Layout, target: Target) -> StagedRows:
+        return StagedRows(render(staged_rows(layout, delta, target)))
+
+
+def expect_few_rows(db: Db) -> None:
+    """Plan the rest of the transaction for a delta: it touches few rows of the stream table, whose
+    pages are mostly cached, and the default random_page_cost makes the planner scan the table whole
+    instead of probing the key-hash index."""
+    db.execute("SET LOCAL random_page_cost = 1.1")
+
+
+def planner_cost(db: Db, query: str) -> float:
+    """The planner's total cost of `query` (EXPLAIN without ANALYZE: planned, not run)."""
+    plan = db.value(f"EXPLAIN (FORMAT JSON) {query}")
+    return float(plan[0]["Plan"]["Total Cost"])
+
+
 def apply_row_delta(
     db: Db,
     table: exp.Table,
     layout: Layout,
-    delta: exp.Query,
+    delta: exp.Query | StagedRows,
     result: RefreshResult,
     target: Target,
     triggers: TriggerChoice | None = None,
@@ -119,8 +152,11 @@ def apply_row_delta(
     result.apply_path = "merge"
     if triggers is not None:
         triggers.record(result)
+    staged = (
+        delta.sql if isinstance(delta, StagedRows) else render(staged_rows(layout, delta, target), reading)
+    )
     if layout.kind == "multiset":
-        summed = temp_table(db, "rows", render(multiset.summed_rows(layout, delta, target), reading))
+        summed = temp_table(db, "rows", staged)
         analyze(db, summed)
         ops = temp_table(db, "ops", render(multiset.ordinal_ops(layout, summed, table, target)))
         counts = db.one(render(multiset.ops_counts(ops)))
@@ -136,7 +172,7 @@ def apply_row_delta(
             with suppressed(db, triggers):
                 db.execute(render(multiset.merge(layout, ops, table, target)))
         return
-    rows = temp_table(db, "rows", render(keyed.consolidated_rows(layout, delta, target), reading))
+    rows = temp_table(db, "rows", staged)
     analyze(db, rows)
     if _merge_returns_actions(db) and (triggers is None or triggers.apply_path == "merge"):
         # One look at the stream table: the MERGE counts what it did (no count first).

@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dbt_ivm.cost import RECENT, PastRefresh
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
-NEWEST_COLUMN = "shape"  # the column added last: a catalog that has it needs no upgrade
+# The column added last, and its table: a catalog that has it needs no upgrade.
+NEWEST_TABLE, NEWEST_COLUMN = "refresh_history", "estimated_differential_seconds"
 
 
 def bootstrap(db: Db, catalog: str) -> None:
@@ -19,13 +21,13 @@ def bootstrap(db: Db, catalog: str) -> None:
         "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) "
         f"AND attname = '{NEWEST_COLUMN}' AND NOT attisdropped)"
     )
-    if db.value(newest_column, (qn(catalog, "stream_tables"),)):
+    if db.value(newest_column, (qn(catalog, NEWEST_TABLE),)):
         return  # created by an earlier run; columns are only ever added, NEWEST_COLUMN last
     with db.transaction():
         db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (BOOTSTRAP_LOCK,))
         # Checked again under the lock: a concurrent run may have created everything meanwhile, and
         # CREATE SCHEMA IF NOT EXISTS can still collide with a schema committed while we waited.
-        if db.value(newest_column, (qn(catalog, "stream_tables"),)):
+        if db.value(newest_column, (qn(catalog, NEWEST_TABLE),)):
             return
         db.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
         db.execute(
@@ -48,14 +50,6 @@ def bootstrap(db: Db, catalog: str) -> None:
             "buffer text NOT NULL, __ivm_xid xid8 NOT NULL, kind text NOT NULL)"
         )
         db.execute(f"REVOKE ALL ON {s}.{q('buffer_marks')} FROM PUBLIC")
-        # Catalogs created by earlier versions gain the newer columns (NEWEST_COLUMN last).
-        for table, column in (
-            ("stream_tables", "views_digest text NOT NULL DEFAULT ''"),
-            ("change_buffers", "capture_version integer NOT NULL DEFAULT 1"),
-            ("change_buffers", "state jsonb"),
-            ("stream_tables", f"{NEWEST_COLUMN} text NOT NULL DEFAULT ''"),
-        ):
-            db.execute(f"ALTER TABLE {s}.{q(table)} ADD COLUMN IF NOT EXISTS {column}")
         db.execute(
             f"CREATE TABLE IF NOT EXISTS {s}.{q('refresh_history')} ("
             "refresh_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, stream_table text NOT NULL, "
@@ -64,6 +58,16 @@ def bootstrap(db: Db, catalog: str) -> None:
             "duration_seconds double precision, status text NOT NULL, reason text, error_text text, "
             "initiated_by text, started_at timestamptz NOT NULL DEFAULT now(), finished_at timestamptz)"
         )
+        # Catalogs created by earlier versions gain the newer columns (NEWEST_COLUMN last).
+        for table, column in (
+            ("stream_tables", "views_digest text NOT NULL DEFAULT ''"),
+            ("change_buffers", "capture_version integer NOT NULL DEFAULT 1"),
+            ("change_buffers", "state jsonb"),
+            ("stream_tables", "shape text NOT NULL DEFAULT ''"),
+            # What AUTO's planner estimated a differential refresh would take (dbt_ivm.cost).
+            (NEWEST_TABLE, f"{NEWEST_COLUMN} double precision"),
+        ):
+            db.execute(f"ALTER TABLE {s}.{q(table)} ADD COLUMN IF NOT EXISTS {column}")
 
 
 @dataclass
@@ -126,3 +130,18 @@ def record(db: Db, catalog: str, stream_table: str, values: dict[str, Any]) -> i
             [stream_table, *values.values()],
         )
     )
+
+
+def recent_refreshes(db: Db, catalog: str, stream_table: str) -> list[PastRefresh]:
+    """The stream table's most recent successful refreshes that did work (SKIP aside), newest first:
+    AUTO's measured evidence (dbt_ivm.cost). Read backwards along the refresh id, stopping early."""
+    rows = db.rows(
+        f"SELECT action, duration_seconds, changes_read, {NEWEST_COLUMN} FROM {qn(catalog, 'refresh_history')} "
+        "WHERE stream_table = %s AND status = 'OK' AND duration_seconds IS NOT NULL "
+        "AND action IN ('DIFFERENTIAL', 'FULL', 'CREATE', 'REBUILD') ORDER BY refresh_id DESC LIMIT %s",
+        (stream_table, RECENT),
+    )
+    return [
+        PastRefresh(action, float(seconds), int(changes), None if estimate is None else float(estimate))
+        for action, seconds, changes, estimate in rows
+    ]

@@ -23,7 +23,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from dbt_ivm import lifecycle
+from dbt_ivm import cost, lifecycle
+from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.aggregates import REGISTRY
@@ -35,7 +36,7 @@ from dbt_ivm.layout import Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
 from dbt_ivm.postgres import apply as pg_apply
-from dbt_ivm.postgres import capture, registrations, registry, user_triggers
+from dbt_ivm.postgres import auto_cost, capture, registrations, registry, user_triggers
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
@@ -354,7 +355,7 @@ class PostgresBackend:
             return result
         if reason is None:
             assert compiled.plan is not None and compiled.layout is not None
-            result = _differential(db, spec, compiled, current, changed)
+            result = _differential(db, spec, compiled, sql, current, changed, changes)
         else:
             result = _full(db, spec, compiled, sql, reason)
         result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps if not g.subscribed)
@@ -427,8 +428,70 @@ def _choose_full_reason(
 
 
 def _differential(
-    db: Db, spec: StreamTableSpec, compiled: Compiled, current: registry.Registered, changed: list[TableInfo]
+    db: Db,
+    spec: StreamTableSpec,
+    compiled: Compiled,
+    sql: str,
+    current: registry.Registered,
+    changed: list[TableInfo],
+    changes: int,
 ) -> RefreshResult:
+    """Apply the batch's row delta, unless AUTO judges the batch cheaper recomputed (dbt_ivm.cost):
+    then FULL, saying why. Measured history decides before any delta work; failing that, the planner
+    prices the delta as it is built (postgres.auto_cost)."""
+    assert compiled.layout is not None
+    choice: cost.Choice | None = None
+    weighing: auto_cost.PlannerWeighing | None = None
+    if spec.refresh_mode == "auto":
+        history = registry.recent_refreshes(db, spec.catalog_schema, _key(spec))
+        if cost.history_decides(history):
+            choice = cost.choose(changes, history)
+        else:
+            full = _full_delta(compiled, sql, _table(spec))
+            weighing = auto_cost.PlannerWeighing(db, changes, history, compiled.layout, compiled.target, full)
+    delta: exp.Query | pg_apply.StagedRows | None = None
+    if choice is None or choice.action == "DIFFERENTIAL":
+        try:
+            delta = _row_delta(db, spec, compiled, current, changed, weighing)
+        except auto_cost.Abandoned as abandoned:
+            choice = abandoned.choice
+        else:
+            if weighing is not None and delta is not None:
+                delta = pg_apply.StagedRows.of(delta, compiled.layout, compiled.target)
+                choice = weighing.choice(delta)
+    if choice is not None and choice.action == "FULL":
+        assert choice.reason is not None
+        result = _full(db, spec, compiled, sql, choice.reason)
+        result.estimated_differential_seconds = choice.estimated_differential
+        return result
+    result = RefreshResult(action="DIFFERENTIAL")
+    if choice is not None:
+        result.reason, result.estimated_differential_seconds = choice.reason, choice.estimated_differential
+    pg_apply.expect_few_rows(db)
+    if delta is not None:
+        triggers = user_triggers.choose(db, spec, _relation(spec))
+        pg_apply.apply_row_delta(db, _table(spec), compiled.layout, delta, result, compiled.target, triggers)
+    return result
+
+
+def _full_delta(compiled: Compiled, sql: str, table: exp.Table) -> exp.Query:
+    """What a FULL refresh applies: the new contents (+1) against the stored rows (−1)."""
+    layout, contents = _contents(compiled, sql)
+    assert isinstance(contents, exp.Query)  # a maintainable query: the engine built its contents
+    return full_delta(table, layout, contents)
+
+
+def _row_delta(
+    db: Db,
+    spec: StreamTableSpec,
+    compiled: Compiled,
+    current: registry.Registered,
+    changed: list[TableInfo],
+    weighing: auto_cost.PlannerWeighing | None,
+) -> exp.Query | None:
+    """The batch's row delta (None: no changed source reaches the result), its changes compacted into
+    analyzed temp tables first, and what the delta reads more than once pinned (`_pinner`), each pin
+    priced first when AUTO is `weighing` the batch."""
     assert compiled.plan is not None and compiled.layout is not None and current.frontier is not None
     bindings = _current_bindings(compiled.sources)
     for index, source in enumerate(changed):
@@ -443,26 +506,22 @@ def _differential(
         delta_table = pg_apply.temp_table(db, f"delta_{index}", pg_apply.render(net, raw))
         pg_apply.analyze(db, delta_table)
         bindings.delta[source.qualified] = delta_table
-    table = _table(spec)
-    ctx = replace(context(compiled, bindings), pin=_pinner(db))
-    delta = stream.row_delta(compiled.plan, compiled.layout, ctx, table, compiled.target)
-    result = RefreshResult(action="DIFFERENTIAL")
-    # A delta touches few rows of the stream table, whose pages are mostly cached: the default
-    # random_page_cost makes the planner scan it whole instead of probing the key-hash index.
-    db.execute("SET LOCAL random_page_cost = 1.1")
-    if delta is not None:
-        triggers = user_triggers.choose(db, spec, _relation(spec))
-        pg_apply.apply_row_delta(db, table, compiled.layout, delta, result, compiled.target, triggers)
-    return result
+    ctx = replace(
+        context(compiled, bindings), pin=_pinner(db, None if weighing is None else weighing.before_pin)
+    )
+    return stream.row_delta(compiled.plan, compiled.layout, ctx, _table(spec), compiled.target)
 
 
-def _pinner(db: Db) -> Callable[[exp.Query], exp.Expr]:
+def _pinner(db: Db, before: Callable[[str], None] | None = None) -> Callable[[exp.Query], exp.Expr]:
     """Computes a subquery that a delta reads more than once into an analyzed temp table, once per
     refresh: inlined, a subquery under a join under a subquery multiplies the statement's size and
-    its planning time with every level."""
+    its planning time with every level. `before` sees each subquery's text before it is computed."""
 
     def compute(query: exp.Query) -> exp.Expr:
-        table = pg_apply.temp_table(db, "pin", pg_apply.render(query))
+        text = pg_apply.render(query)
+        if before is not None:
+            before(text)
+        table = pg_apply.temp_table(db, "pin", text)
         pg_apply.analyze(db, table)
         return table
 

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from dbt_ivm.cost import RECENT, PastRefresh
+
 REGISTRY_PROPERTIES = (
     "'format-version'='2', 'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
     "'write.merge.mode'='merge-on-read', 'write.merge.isolation-level'='snapshot', "
@@ -165,3 +167,22 @@ def record(spark: Any, catalog: str, stream_table: str, values: dict[str, Any]) 
     frame = spark.createDataFrame([row], schema=HISTORY_COLUMNS)
     _retry(lambda: frame.writeTo(table(catalog, "refresh_history")).append())
     return refresh_id
+
+
+def recent_refreshes(spark: Any, catalog: str, stream_table: str) -> list[PastRefresh]:
+    """The stream table's most recent successful refreshes that did work (SKIP aside), newest first:
+    AUTO's measured evidence (dbt_ivm.cost)."""
+    relation = table(catalog, "refresh_history")
+    _refresh(spark, relation)
+    rows = (
+        spark.table(relation)
+        .where(
+            f"stream_table = '{_escape(stream_table)}' AND status = 'OK' AND duration_seconds IS NOT NULL "
+            "AND action IN ('DIFFERENTIAL', 'FULL', 'CREATE', 'REBUILD')"
+        )
+        .orderBy("refresh_id", ascending=False)
+        .limit(RECENT)
+        .select("action", "duration_seconds", "changes_read")
+        .collect()
+    )
+    return [PastRefresh(r[0], float(r[1]), int(r[2] or 0)) for r in rows]

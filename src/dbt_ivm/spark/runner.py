@@ -47,7 +47,7 @@ from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Plan, scans_in, whole_input_reason
 from dbt_ivm.reserved import renamed_select, source_relation, table_of
 from dbt_ivm.spark import apply as spark_apply
-from dbt_ivm.spark import registry, session_conf, source_changes
+from dbt_ivm.spark import auto_cost, registry, session_conf, source_changes
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable
 from dbt_ivm.spark.commit import Stamp, commit_with, current_stamp, stamp_without_data
@@ -345,7 +345,8 @@ def _refresh(
         return result
     _kill_point("before_changes")
     changes = 0
-    slow_paths: str | None = None
+    counted = False  # whether `changes` already holds the batch's net changes
+    differential_reason: str | None = None  # slow paths taken, AUTO's numbers
     delta: exp.Query | None = None
     batch: source_changes.Batch | None = None
     if reason is None:
@@ -353,7 +354,19 @@ def _refresh(
         bindings = Bindings(current=_current_bindings(views, compiled.sources, ends), dialect="spark")
         batch = source_changes.bind(spark, views, spec, frontier, ends, changed, bindings)
         reason, changes = batch.full_reason, batch.changes_read
-        slow_paths = "; ".join(batch.slow_paths) or None
+        differential_reason = "; ".join(batch.slow_paths) or None
+        weighed = (
+            auto_cost.choose(spark, spec, _key(spec), batch)
+            if reason is None and spec.refresh_mode == "auto"
+            else None
+        )
+        if weighed is not None:
+            choice, changes = weighed
+            counted = True
+            if choice.action == "FULL":
+                reason = choice.reason
+            else:
+                differential_reason = "; ".join(r for r in (differential_reason, choice.reason) if r) or None
         if reason is None:
             bindings = dataclasses.replace(
                 bindings, before=_before_bindings(views, changed, frontier, bindings.current)
@@ -362,7 +375,7 @@ def _refresh(
             delta = stream.row_delta(compiled.plan, compiled.layout, context, _table(spec), SPARK)
     if reason is None:
         assert compiled.layout is not None
-        result = RefreshResult(action="DIFFERENTIAL", reason=slow_paths)
+        result = RefreshResult(action="DIFFERENTIAL", reason=differential_reason)
         layout = compiled.layout
     else:
         result = RefreshResult(action="FULL", reason=reason)
@@ -379,7 +392,7 @@ def _refresh(
             prepared.deleted,
         )
         _commit(spark, spec, prepared, new_stamp)
-    if result.action == "DIFFERENTIAL" and batch is not None:
+    if result.action == "DIFFERENTIAL" and batch is not None and not counted:
         changes = source_changes.changes_in(spark, batch)  # change sets kept: a cheap job
     lifecycle.record(backend, result, changes, started)
     _kill_point("after_history")

@@ -1,0 +1,208 @@
+"""AUTO's choice by cost: is this batch cheaper applied differentially, or recomputed (FULL)?
+
+A batch under `full_refresh_threshold` is usually cheaper applied differentially, but not always: a
+delta may have to recompute groups that span most of a table, or a differential refresh's fixed
+cost (reading a changelog, building and planning the delta, an extra commit) may exceed a recompute
+of a small table. The backend measures what it can and `choose` weighs it:
+
+- **history**: the stream table's recent refreshes. This batch's differential refresh is estimated
+  from past ones without overestimating it (`differential_seconds`), FULL as the median of recent
+  FULL, CREATE and REBUILD durations. Seconds measured on this very table are the best evidence, so
+  they decide whenever there are some of both kinds.
+- **planner** (PostgreSQL): the planner's total cost of what each path computes, in the planner's
+  units; it decides when history cannot. FULL's measured seconds per planner unit turn the
+  differential's cost into seconds, and that estimate is recorded with the refresh: a FULL refresh
+  chosen this way leaves a differential "sample" behind, so the next refreshes are decided by
+  history without building a delta, until it is `RECENT` refreshes old and the planner is asked again.
+
+Only a clear difference switches to FULL: the differential estimate must exceed FULL's by `MARGIN`
+and by `MIN_SAVING_SECONDS`. Below that the two are within the noise of a busy machine (a tiny
+table's differential refresh easily takes twice its recompute, 30 ms more), and switching would cost
+the differential path for nothing. Without evidence, or with refresh_mode='differential' (whose
+backends never ask), the threshold rule alone decides. The choice's `reason` names the numbers behind
+it either way; backends put it on the refresh's log line and history row.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+MARGIN = 1.5  # differential must look this many times FULL's cost before AUTO recomputes instead
+MIN_SAVING_SECONDS = 1.0  # and recomputing must save at least this much
+SAMPLES = 5  # the most recent refreshes of each kind whose median counts
+# Backends read this many recent refreshes (SKIP aside): older ones describe the table as it was.
+RECENT = 20
+FULL_ACTIONS = ("FULL", "CREATE", "REBUILD")  # each computes the contents from scratch
+TINY = 1e-9  # a cost or duration of 0 divides as this
+
+
+@dataclass(frozen=True)
+class PastRefresh:
+    """One row of the refresh history: what was done, in how many seconds, reading how many changes;
+    and what the planner estimated a differential refresh would have taken, where it was asked."""
+
+    action: str
+    seconds: float
+    changes: int = 0
+    estimated_differential: float | None = None
+
+
+@dataclass(frozen=True)
+class PlannerCosts:
+    """The planner's total cost of this batch's differential refresh and of a FULL one."""
+
+    differential: float
+    full: float
+
+
+@dataclass(frozen=True)
+class Choice:
+    action: Literal["DIFFERENTIAL", "FULL"]
+    reason: str | None  # the numbers behind the choice; None: no evidence, the threshold rule stood
+    # The planner's estimate of the differential refresh in seconds, for the history row.
+    estimated_differential: float | None = None
+
+
+@dataclass(frozen=True)
+class _Sample:
+    seconds: float
+    changes: int
+    estimated: bool  # the planner's estimate, not a measurement
+
+
+def history_decides(history: Sequence[PastRefresh]) -> bool:
+    """Whether `history` holds evidence of both paths, so that the planner need not be asked.
+
+    >>> history_decides([PastRefresh("DIFFERENTIAL", 0.2, 10), PastRefresh("REBUILD", 0.9)])
+    True
+    >>> history_decides([PastRefresh("CREATE", 0.9)])
+    False
+    >>> history_decides([PastRefresh("FULL", 2.1, 10, estimated_differential=4.0), PastRefresh("CREATE", 0.9)])
+    True
+    """
+    differential, full = _samples(history)
+    return bool(differential and full)
+
+
+def _samples(history: Sequence[PastRefresh]) -> tuple[list[_Sample], list[PastRefresh]]:
+    """The most recent differential refreshes (measured, or estimated by the planner at a FULL one),
+    and the most recent refreshes that computed the contents from scratch."""
+    differential = []
+    for p in history:
+        if p.action == "DIFFERENTIAL":
+            differential.append(_Sample(p.seconds, p.changes, estimated=False))
+        elif p.action == "FULL" and p.estimated_differential is not None:
+            differential.append(_Sample(p.estimated_differential, p.changes, estimated=True))
+    # A FULL refresh that the planner priced a differential one for first also paid for that pricing
+    # (building the delta, often the bulk of a differential refresh): its seconds are not FULL's.
+    full = [p for p in history if p.action in FULL_ACTIONS and p.estimated_differential is None]
+    return differential[:SAMPLES], full[:SAMPLES]
+
+
+def differential_seconds(changes: int, past: Sequence[tuple[float, int]]) -> float:
+    """A differential refresh of `changes` estimated from `past` ones (seconds, changes), erring low:
+    one of more changes is scaled down in proportion (its fixed cost too), one of fewer is taken as it
+    is (more changes never cost less). The median of those, so one disturbed run does not decide.
+
+    >>> differential_seconds(100, [(2.0, 1000), (0.5, 10)])  # 2.0 s scaled to a tenth; 0.5 s as is
+    0.35
+    >>> differential_seconds(5000, [(2.0, 1000), (0.5, 10)])
+    1.25
+    """
+    return statistics.median(
+        seconds * min(1.0, changes / past_changes) if past_changes > 0 else seconds
+        for seconds, past_changes in past
+    )
+
+
+def choose(changes: int, history: Sequence[PastRefresh], planner: PlannerCosts | None = None) -> Choice:
+    """DIFFERENTIAL or FULL for a batch of `changes`, from `history` (most recent first) and, where
+    the backend has one, the `planner`'s costs.
+
+    Past differential refreshes took ~4 s for this many changes, FULL 1.2 s: recompute.
+
+    >>> history = [PastRefresh("DIFFERENTIAL", 4.1, 200), PastRefresh("CREATE", 1.2)]
+    >>> print(choose(200, history).reason)
+    differential estimated 3.4x the cost of FULL (history: differential ~4.10 s for 200 changes,
+    FULL 1.20 s; medians of 1 and 1 recent refreshes)
+
+    Twice FULL's cost, but a saving of 30 ms: not worth a switch.
+
+    >>> choice = choose(200, [PastRefresh("DIFFERENTIAL", 0.06, 200), PastRefresh("CREATE", 0.03)])
+    >>> print(choice.action, choice.reason)
+    DIFFERENTIAL differential estimated 2.0x the cost of FULL (history: differential ~0.06 s for 200
+    changes, FULL 0.03 s; medians of 1 and 1 recent refreshes); saves under 1 s: kept differential
+
+    No differential refresh yet: the planner decides, its units turned into seconds by FULL's history.
+
+    >>> created = [PastRefresh("CREATE", 0.8)]
+    >>> choice = choose(10, created, PlannerCosts(differential=41_200, full=17_900))
+    >>> print(choice.action, choice.reason)
+    FULL differential estimated 2.3x the cost of FULL (planner: 41,200 vs 17,900, i.e. ~1.84 s
+    against FULL's recent 0.80 s)
+    >>> round(choice.estimated_differential, 2)  # recorded: the next refreshes decide by history
+    1.84
+    >>> choose(10, created, PlannerCosts(differential=120, full=17_900)).action
+    'DIFFERENTIAL'
+
+    That estimate, left by a FULL refresh, stands in for a differential one; a much smaller batch
+    is estimated in proportion.
+
+    >>> history = [PastRefresh("FULL", 2.5, 10, estimated_differential=1.84), *created]
+    >>> print(choose(10, history).reason)
+    differential estimated 2.3x the cost of FULL (history: differential ~1.84 s for 10 changes
+    (planner-estimated), FULL 0.80 s; medians of 1 and 1 recent refreshes)
+    >>> choose(1, history).action
+    'DIFFERENTIAL'
+
+    No evidence at all: the threshold rule stands.
+
+    >>> choose(10, [])
+    Choice(action='DIFFERENTIAL', reason=None, estimated_differential=None)
+    """
+    differential, full = _samples(history)
+    full_seconds = statistics.median(p.seconds for p in full) if full else None
+    recorded = None
+    if differential and full_seconds is not None:
+        estimate = differential_seconds(changes, [(d.seconds, d.changes) for d in differential])
+        estimated = " (planner-estimated)" if all(d.estimated for d in differential) else ""
+        numbers = (
+            f"history: differential ~{estimate:.2f} s for {changes} changes{estimated}, FULL "
+            f"{full_seconds:.2f} s; medians of {len(differential)} and {len(full)} recent refreshes"
+        )
+        ratio = estimate / max(full_seconds, TINY)
+    elif planner is not None:
+        ratio = planner.differential / max(planner.full, TINY)
+        numbers = f"planner: {planner.differential:,.0f} vs {planner.full:,.0f}"
+        if full_seconds is None:
+            estimate = None  # no seconds to weigh a saving in: not switching on units alone
+            numbers += ", no FULL refresh timed yet"
+        else:
+            estimate = recorded = ratio * full_seconds
+            numbers += f", i.e. ~{estimate:.2f} s against FULL's recent {full_seconds:.2f} s"
+    else:
+        return Choice("DIFFERENTIAL", None)
+    saves = (
+        estimate is not None and full_seconds is not None and estimate - full_seconds >= MIN_SAVING_SECONDS
+    )
+    clear = ratio > MARGIN and saves
+    reason = f"differential estimated {_times(ratio)} the cost of FULL ({numbers})"
+    if ratio > MARGIN and not clear:
+        reason += f"; saves under {MIN_SAVING_SECONDS:g} s: kept differential"
+    return Choice("FULL" if clear else "DIFFERENTIAL", reason, recorded)
+
+
+def _times(ratio: float) -> str:
+    """A cost ratio for people: at most two significant figures.
+
+    >>> [_times(r) for r in (23.4, 2.34, 0.234, 0.0234, 0.0001)]
+    ['23x', '2.3x', '0.23x', '0.02x', '<0.01x']
+    """
+    if ratio >= 10:
+        return f"{ratio:.0f}x"
+    if ratio >= 1:
+        return f"{ratio:.1f}x"
+    return f"{ratio:.2f}x" if ratio >= 0.01 else "<0.01x"

@@ -1,0 +1,26 @@
+"""AUTO's choice by cost on Spark (dbt_ivm.cost), from the refresh history alone: Catalyst's cost
+model has no useful absolute cost to compare a delta with a recompute, so only measured seconds count.
+
+Until history holds both a differential refresh and one computed from scratch (the CREATE counts),
+the threshold rule alone decides: the first differential refresh is the measurement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbt_ivm import cost
+from dbt_ivm.spark import registry, source_changes
+from dbt_ivm.spec import StreamTableSpec
+
+
+def choose(
+    spark: Any, spec: StreamTableSpec, stream_table: str, batch: source_changes.Batch
+) -> tuple[cost.Choice, int] | None:
+    """DIFFERENTIAL or FULL for the bound `batch`, and its net changes (counted now, over the change
+    sets the refresh computes anyway); None when history cannot tell yet."""
+    history = registry.recent_refreshes(spark, spec.catalog_schema, stream_table)
+    if not cost.history_decides(history):
+        return None
+    changes = source_changes.changes_in(spark, batch)
+    return cost.choose(changes, history), changes

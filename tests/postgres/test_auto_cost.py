@@ -1,0 +1,110 @@
+"""AUTO chooses by cost (dbt_ivm.cost): a batch under the changes threshold is still recomputed when
+its delta is clearly dearer than a FULL refresh, and every choice says why, in the refresh's reason and
+its history row. refresh_mode='differential' never weighs (nor switches)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.postgres.streams import (
+    CATALOG,
+    execute,
+    history,
+    recording_connection,
+    refresh_and_check,
+)
+
+pytestmark = pytest.mark.postgres
+
+ROWS = 100_000
+# An aggregate over a recomputed aggregate: a batch touching each of the three groups makes the delta
+# recompute every group twice (over its rows now and before the batch), i.e. the whole table twice
+# plus the bookkeeping, where FULL reads it once.
+GROUP_TOPS = "SELECT COUNT(*) AS groups, SUM(top) AS total FROM (SELECT k, MAX(v) AS top FROM t GROUP BY k) g"
+TOTALS = "SELECT k, SUM(v) AS total, COUNT(*) AS n FROM t GROUP BY k"
+
+
+@pytest.fixture
+def table(pg_conn: Any) -> Any:
+    execute(
+        pg_conn,
+        "CREATE TABLE t (id int PRIMARY KEY, k int NOT NULL, v int NOT NULL);"
+        f"INSERT INTO t SELECT i, i % 3, (i * 7919) % 100003 FROM generate_series(1, {ROWS}) i;"
+        "ANALYZE t",
+    )
+    return pg_conn
+
+
+def _delta_work(statements: list[str]) -> list[str]:
+    """The statements that build a delta (its change sets and pinned subqueries) or price it."""
+    building = ('CREATE TEMP TABLE "__ivm_delta_', 'CREATE TEMP TABLE "__ivm_pin_', "EXPLAIN")
+    return [s for s in statements if s.startswith(building)]
+
+
+def test_a_small_batch_with_a_dear_delta_is_recomputed(table: Any, pg_dsn: str) -> None:
+    refresh_and_check(table, "tops", GROUP_TOPS)
+    execute(table, "UPDATE t SET v = v + 1 WHERE id <= 6")  # 12 changes: far under the threshold
+    result = refresh_and_check(table, "tops", GROUP_TOPS, "one row of each group")
+    assert result.action == "FULL", result.summary()
+    assert result.reason is not None and result.reason.startswith("differential estimated"), result.reason
+    assert "planner:" in result.reason and "FULL" in result.reason
+    row = history(table, "tops")[-1]
+    assert (row["action"], row["reason"], row["changes_read"]) == ("FULL", result.reason, 12)
+    assert row["estimated_differential_seconds"] == result.estimated_differential_seconds > 0
+    # The planner's estimate stands in for a differential refresh: the next batch is decided by
+    # history before any of its delta is built.
+    execute(table, "UPDATE t SET v = v - 1 WHERE id <= 6")
+    with recording_connection(pg_dsn) as conn:
+        again = refresh_and_check(conn, "tops", GROUP_TOPS, "the same batch again")
+        assert again.action == "FULL", again.summary()
+        assert again.reason is not None and "history: differential" in again.reason, again.reason
+        assert "(planner-estimated)" in again.reason
+        assert not _delta_work(conn.statements)
+
+
+def test_a_small_batch_stays_differential_with_its_numbers(table: Any) -> None:
+    refresh_and_check(table, "totals", TOTALS)
+    execute(table, "UPDATE t SET v = v + 1 WHERE id <= 6")
+    first = refresh_and_check(table, "totals", TOTALS, "planner")
+    assert first.action == "DIFFERENTIAL", first.summary()
+    assert first.reason is not None and "planner:" in first.reason, first.reason
+    execute(table, "UPDATE t SET v = v + 1 WHERE id > 99990")
+    second = refresh_and_check(table, "totals", TOTALS, "history")
+    assert second.action == "DIFFERENTIAL", second.summary()
+    assert second.reason is not None and "history: differential" in second.reason, second.reason
+    rows = history(table, "totals")
+    assert [(r["action"], r["reason"]) for r in rows[1:]] == [
+        ("DIFFERENTIAL", first.reason),
+        ("DIFFERENTIAL", second.reason),
+    ]
+    assert f"({first.reason})" in first.summary()
+
+
+def test_measured_history_decides_before_the_delta_is_built(table: Any, pg_dsn: str) -> None:
+    refresh_and_check(table, "totals", TOTALS)
+    execute(table, "UPDATE t SET v = v + 1 WHERE id <= 6")
+    # As if the last differential refresh of 12 changes had taken a minute.
+    execute(
+        table,
+        f"INSERT INTO {CATALOG}.refresh_history (stream_table, action, changes_read, duration_seconds, status) "
+        "VALUES ('public.totals', 'DIFFERENTIAL', 12, 60, 'OK')",
+    )
+    with recording_connection(pg_dsn) as conn:
+        result = refresh_and_check(conn, "totals", TOTALS, "after a slow differential refresh")
+        assert result.action == "FULL", result.summary()
+        assert result.reason is not None and "history: differential ~60.00 s for 12 changes" in result.reason
+        assert not _delta_work(conn.statements)
+    assert history(table, "totals")[-1]["reason"] == result.reason
+
+
+def test_differential_mode_never_weighs(table: Any, pg_dsn: str) -> None:
+    refresh_and_check(table, "tops", GROUP_TOPS, refresh_mode="differential")
+    execute(table, "UPDATE t SET v = v + 1 WHERE id <= 6")
+    with recording_connection(pg_dsn) as conn:
+        result = refresh_and_check(
+            conn, "tops", GROUP_TOPS, "one row of each group", refresh_mode="differential"
+        )
+        assert (result.action, result.reason) == ("DIFFERENTIAL", None)
+        assert not [s for s in conn.statements if s.startswith("EXPLAIN") or "ORDER BY refresh_id DESC" in s]

@@ -1,0 +1,43 @@
+"""AUTO chooses by cost on Spark from the refresh history (dbt_ivm.cost): once a differential refresh
+has been measured against a recompute, a batch whose differential refresh would take clearly longer is
+recomputed, saying why; refresh_mode='differential' never switches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dbt_ivm.spark import registry
+from tests.spark.oracle import make_spec, refresh_and_check
+
+pytestmark = pytest.mark.spark
+
+
+def test_auto_follows_the_refresh_history(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1,'a',10),(2,'a',20),(3,'b',30)")
+    sql = f"SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM {s}.orders GROUP BY customer"
+    catalog = make_spec(s, "totals", sql).catalog_schema
+    refresh_and_check(spark, s, "totals", sql, "create")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (4,'c',40)")
+    # Nothing measured of a differential refresh yet: the threshold rule alone decides.
+    first = refresh_and_check(spark, s, "totals", sql, "first batch")
+    assert (first.action, first.reason) == ("DIFFERENTIAL", None), first.summary()
+    # As if the next differential refresh, of 2 changes, had taken a minute.
+    fields = {"action": "DIFFERENTIAL", "changes_read": 2, "duration_seconds": 60.0, "status": "OK"}
+    registry.record(spark, catalog, f"{s}.totals", fields)
+    spark.sql(f"INSERT INTO {s}.orders VALUES (5,'a',50)")
+    second = refresh_and_check(spark, s, "totals", sql, "second batch")
+    assert second.action == "FULL", second.summary()
+    assert second.reason is not None and second.reason.startswith("differential estimated"), second.reason
+    assert "history: differential" in second.reason and "medians of 2 and 1" in second.reason
+    last = spark.sql(
+        f"SELECT action, reason, changes_read FROM {catalog}.refresh_history "
+        f"WHERE stream_table = '{s}.totals' ORDER BY refresh_id DESC LIMIT 1"
+    ).collect()[0]
+    assert tuple(last) == ("FULL", second.reason, 1)
+    spark.sql(f"INSERT INTO {s}.orders VALUES (6,'b',60)")
+    kept = refresh_and_check(spark, s, "totals", sql, "third batch", refresh_mode="differential")
+    assert (kept.action, kept.reason) == ("DIFFERENTIAL", None), kept.summary()
