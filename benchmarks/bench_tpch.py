@@ -146,6 +146,7 @@ class EngineRun:
     sf: float
     repeats: int
     batch: str = ""
+    batch_notes: list[str] = field(default_factory=list)
     sizes: dict[str, int] = field(default_factory=dict)
     versions: str = ""
     machine: str = ""
@@ -190,7 +191,7 @@ class Engine(Protocol):
     def load(self, data: Data) -> dict[str, int]: ...
     def create(self, number: int, sql: str) -> RefreshResult: ...
     def after_create(self, numbers: list[int]) -> None: ...
-    def apply(self, statements: list[str]) -> None: ...
+    def apply(self, statements: list[str]) -> str: ...
     def diff(self, number: int) -> RefreshResult: ...
     def full(self, number: int) -> float: ...
     def check(self, number: int) -> tuple[int, int, str]: ...
@@ -256,12 +257,13 @@ class PostgresEngine:
         for number in numbers:  # what autovacuum would soon do to a new table
             self.execute(f"ANALYZE {SCHEMA}.q{number}")
 
-    def apply(self, statements: list[str]) -> None:
+    def apply(self, statements: list[str]) -> str:
         with self.conn.cursor() as cur:
             cur.execute("BEGIN")
             for statement in statements:
                 cur.execute(statement)
             cur.execute("COMMIT")
+        return "one transaction"
 
     def diff(self, number: int) -> RefreshResult:
         with self.time_limit(self.timeout):
@@ -446,6 +448,7 @@ class SparkEngine:
         self.spark = get_or_create_session(self.settings)
         self.spark.sparkContext.setLogLevel("ERROR")
         self.streams: dict[int, Any] = {}  # bench_spark_tpch_joins.Stream
+        self.snapshots: dict[str, set[int]] = {}  # per table, the snapshots seen so far
 
     def load(self, data: Data) -> dict[str, int]:
         spark = self.spark
@@ -458,6 +461,8 @@ class SparkEngine:
             frame.createOrReplaceTempView("__tpch_load")
             spark.sql(f"INSERT INTO {SCHEMA}.{table} SELECT * FROM __tpch_load")
             sizes[table] = int(spark.table(f"{SCHEMA}.{table}").count())
+            found = spark.sql(f"SELECT snapshot_id FROM {SCHEMA}.{table}.snapshots").collect()
+            self.snapshots[table] = {r[0] for r in found}
         spark.catalog.dropTempView("__tpch_load")
         return sizes
 
@@ -475,9 +480,21 @@ class SparkEngine:
         for number in numbers:  # dbt's first run creates the table; later runs replace it
             self.full(number)
 
-    def apply(self, statements: list[str]) -> None:
+    def apply(self, statements: list[str]) -> str:
+        """Each statement is an Iceberg commit; returns the row images the batch's snapshots added and
+        removed per table (copy-on-write rewrites whole files: this is what the changelog holds)."""
         for statement in statements:
             self.spark.sql(statement)
+        images = []
+        for table in PRIMARY_KEYS:
+            rows = self.spark.sql(f"SELECT snapshot_id, summary FROM {SCHEMA}.{table}.snapshots").collect()
+            new = [r for r in rows if r[0] not in self.snapshots[table]]
+            self.snapshots[table].update(r[0] for r in rows)
+            if new:
+                added = sum(int(r[1].get("added-records", 0)) for r in new)
+                deleted = sum(int(r[1].get("deleted-records", 0)) for r in new)
+                images.append(f"{table} {len(new)} commits, {added:,} rows added + {deleted:,} removed")
+        return "changelog: " + "; ".join(images)
 
     def diff(self, number: int) -> RefreshResult:
         with self.time_limit(self.timeout):
@@ -701,9 +718,10 @@ def run_engine(
         for repeat in range(repeats):
             before = dict(batches.orders)
             statements = batches.batch(orders)
-            seconds, _ = timed(lambda: engine.apply(statements))  # noqa: B023
+            seconds, notes = timed(lambda: engine.apply(statements))  # noqa: B023
             run.batch = batch_description(before, batches.orders, statements)
-            log(f"{engine.name} repeat {repeat + 1}: batch {run.batch}, applied in {seconds:.2f}s")
+            run.batch_notes.append(notes)
+            log(f"{engine.name} repeat {repeat + 1}: batch {run.batch}, applied in {seconds:.2f}s; {notes}")
             for index, number in enumerate(live):
                 result = results[number]
                 diff_first = (index + repeat) % 2 == 0
@@ -727,8 +745,10 @@ def run_engine(
         ]
         if chosen:
             statements = batches.batch(orders)
-            engine.apply(statements)
-            log(f"{engine.name}: profile batch applied; profiling {', '.join(f'Q{n}' for n in chosen)}")
+            notes = engine.apply(statements)
+            log(
+                f"{engine.name}: profile batch applied ({notes}); profiling {', '.join(f'Q{n}' for n in chosen)}"
+            )
             with explain_path.open("w") as out:
                 for number in live:
                     result = results[number]
@@ -776,7 +796,7 @@ def fmt(samples: list[float]) -> str:
 def fmt_ratio(value: float | None) -> str:
     if value is None:
         return "—"
-    return f"{value:,.0f}×" if value >= 10 else f"{value:.2f}×"
+    return f"{value:,.0f}×" if value >= 10 else f"{value:.2f}×" if value >= 0.1 else f"{value:.2g}×"
 
 
 def markdown(run: EngineRun) -> list[str]:
@@ -823,7 +843,7 @@ def report(run: EngineRun) -> list[str]:
         f"## {run.label}",
         "",
         f"Rows: {', '.join(f'{t} {n:,}' for t, n in run.sizes.items())} (loaded in {run.load_seconds:.1f} s). "
-        f"Batch per repeat: {run.batch}. {run.repeats} repeat(s). Started {run.started}, "
+        f"Batch per repeat: {run.batch} ({'; '.join(run.batch_notes)}). {run.repeats} repeat(s). Started {run.started}, "
         f"total {run.seconds / 60:.1f} min.",
         "",
         *markdown(run),
