@@ -348,7 +348,7 @@ def profiled(spark: Any) -> Iterator[Profile]:
 
     patched: list[tuple[Any, str, Any]] = [
         (dbt_ivm.delta.stream, "row_delta", row_delta),
-        (dbt_ivm.spark.runner, "build_plan", clocked("build_plan", dbt_ivm.spark.runner.build_plan)),
+        (dbt_ivm.spark.runner, "build_plan", clocked("build_plan", dbt_ivm.spark.runner.build_plan)),  # type: ignore[attr-defined,unused-ignore]
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patched]
     for module, name, replacement in patched:
