@@ -15,7 +15,7 @@ SELECT "orders"."customer" AS "__ivm_g0", "orders"."amount" AS "__ivm_arg0", "or
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Literal
 
 from sqlglot import exp
@@ -276,14 +276,20 @@ def among(
     return exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(condition))
 
 
-def matching(keys: Sequence[str], left: str, right: str) -> exp.Expr:
-    """Rows of `left` and `right` whose group keys are equal or both NULL."""
+def matching(keys: Sequence[str], left: str, right: str, not_null: Collection[str] = ()) -> exp.Expr:
+    """Rows of `left` and `right` whose group keys are equal or both NULL; keys in `not_null` cannot
+    be NULL and are compared with `=`, which a hash join can serve (IS NOT DISTINCT FROM cannot)."""
     found = conjunction(
         [
-            exp.NullSafeEQ(
+            (exp.EQ if k in not_null else exp.NullSafeEQ)(
                 this=exp.column(k, left, quoted=True), expression=exp.column(k, right, quoted=True)
             )
             for k in keys
         ]
     )
     return exp.true() if found is None else found
+
+
+def never_null_groups(plan: Aggregate) -> set[str]:
+    """The group columns of `plan` whose key cannot be NULL (`never_null`)."""
+    return {group_placeholder(i) for i, key in enumerate(plan.group_by) if never_null(key, plan.input)}

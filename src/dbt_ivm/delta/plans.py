@@ -21,7 +21,7 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.setop import delta_setop, setop_contents
 from dbt_ivm.delta.terms import Context, Mode, aliased, term_select, union_all
-from dbt_ivm.plan.nodes import Aggregate, Derived, Plan, Project, SetOp, TopK, UnionAll, Window
+from dbt_ivm.plan.nodes import Aggregate, Derived, Filter, Plan, Project, SetOp, TopK, UnionAll, Window
 from dbt_ivm.sqltext import WEIGHT
 
 INPUT, NOW, CHANGED, BEFORE = "__ivm_in", "__ivm_now", "__ivm_chg", "__ivm_before"
@@ -38,9 +38,22 @@ def _render_derived(item: Derived, mode: Mode, ctx: Context) -> exp.Expr:
         found = delta(item.plan, ctx)
         assert found is not None, "a changed derived item has a delta"
         return ctx.pinned(found)  # read by several terms
-    if mode == "before":
-        return contents(item.plan, ctx.as_before())
-    return contents(item.plan, ctx)
+    found = contents(item.plan, ctx.as_before() if mode == "before" else ctx)
+    # Several terms read it whole, and no engine pushes a join's keys into it: computed once.
+    return ctx.pinned(found) if sealed(item.plan) else found
+
+
+def sealed(plan: Plan) -> bool:
+    """Whether a database computes `plan` whole however it is joined: grouping, ranking and set
+    operations take no join key from outside (a projection of a sealed subquery is sealed too)."""
+    if isinstance(plan, Aggregate | TopK | Window | SetOp):
+        return True
+    if isinstance(plan, Project):
+        inner = plan.input
+        while isinstance(inner, Filter):
+            inner = inner.input
+        return isinstance(inner, Derived) and sealed(inner.plan)
+    return False
 
 
 def renamed(
@@ -140,6 +153,7 @@ def _delta_aggregate(plan: Aggregate, ctx: Context) -> exp.Query | None:
     if keys:
         now = now.group_by(*grouping.group_columns(plan, NOW))
         before_change = before_change.group_by(*grouping.group_columns(plan, CHANGED))
+    now_state = ctx.pinned(now)  # read twice: the state before (now − batch), and after
     types = ctx.call_types.get(id(plan), {})
     # Before = now + (−batch), for every touched group (a group may have no rows now).
     merged: list[exp.Expr] = [exp.column(k, CHANGED, quoted=True) for k in keys]
@@ -161,12 +175,16 @@ def _delta_aggregate(plan: Aggregate, ctx: Context) -> exp.Query | None:
     before = (
         exp.select(*merged)
         .from_(aliased(before_change, CHANGED))
-        .join(aliased(now.copy(), NOW), on=grouping.matching(keys, CHANGED, NOW), join_type="left")
+        .join(
+            aliased(now_state.copy(), NOW),
+            on=grouping.matching(keys, CHANGED, NOW, grouping.never_null_groups(plan)),
+            join_type="left",
+        )
     )
     new_rows = exp.select(
         *grouping.finalized_outputs(plan, NOW, types), exp.alias_(one.copy(), WEIGHT, quoted=True)
     )
-    new_rows = new_rows.from_(aliased(now, NOW))
+    new_rows = new_rows.from_(aliased(now_state, NOW))
     old_rows = exp.select(
         *grouping.finalized_outputs(plan, BEFORE, types),
         exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
