@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Literal
 
 from sqlglot import exp
@@ -62,7 +63,12 @@ class Bindings:
         return table.qualified in self.delta
 
     def as_before(self) -> Bindings:
-        """Bindings whose current state is this batch's before state (no changes)."""
+        """Bindings whose current state is this batch's before state (no changes); always the same
+        object, so that what was rendered against it is found again (`Context.rendered`)."""
+        return self._before_state
+
+    @cached_property
+    def _before_state(self) -> Bindings:
         assert self.before is not None
         return Bindings({**self.current, **self.before}, {}, self.dialect, {})
 
@@ -78,6 +84,10 @@ class Context:
     # Computes a query now and returns a relation holding its rows: a backend whose planner would
     # otherwise re-plan a subquery read twice (Spark) sets it; None keeps the query inline.
     pin: Callable[[exp.Query], exp.Expr] | None = None
+    # Derived items already rendered in this refresh, by (id of the item, mode): a derived item is read
+    # by many terms, and building its SQL again for each is most of a refresh's Python time. The
+    # bindings rendered against are kept with it (alive, so their id cannot be reused).
+    rendered: dict[tuple[int, str], tuple[Bindings, exp.Expr]] = field(default_factory=dict)
 
     def item_changed(self, item: Item) -> bool:
         return any(self.bindings.changed(s.table) for s in scans_in(item))
@@ -91,14 +101,15 @@ class Context:
         return replace(self, bindings=self.bindings.as_before())
 
 
-def memoized_pin(dialect: str, compute: Callable[[exp.Query], exp.Expr]) -> Callable[[exp.Query], exp.Expr]:
-    """A `Context.pin` that computes each distinct query (by its `dialect` text) once per refresh."""
+def memoized_pin(dialect: str, compute: Callable[[str], exp.Expr]) -> Callable[[exp.Query], exp.Expr]:
+    """A `Context.pin` that computes each distinct query once per refresh: `compute` gets its `dialect`
+    text (rendered once: the key, and what runs)."""
     pinned: dict[str, exp.Expr] = {}
 
     def pin(query: exp.Query) -> exp.Expr:
-        sql = query.sql(dialect)
+        sql = query.sql(dialect, copy=False)  # the caller reads the pin, never `query` again
         if sql not in pinned:
-            pinned[sql] = compute(query)
+            pinned[sql] = compute(sql)
         return pinned[sql].copy()
 
     return pin
@@ -201,12 +212,22 @@ def read_relation(read: Read, ctx: Context) -> exp.Expr:
         else:
             relation = ctx.bindings.current[name].copy()
     else:
-        assert ctx.render_derived is not None
-        relation = ctx.render_derived(item, mode, ctx)
+        relation = _derived(item, mode, ctx)
     if read.mode == "null":
         # No rows, the item's columns and types: LEFT JOINed ON TRUE it pads a row with NULLs.
         relation = exp.select("*").from_(aliased(relation, item.alias)).where(exp.false())
     return aliased(relation, item.alias)
+
+
+def _derived(item: Derived, mode: Mode, ctx: Context) -> exp.Expr:
+    """A derived item's relation, rendered once per item, mode and bindings."""
+    assert ctx.render_derived is not None
+    found = ctx.rendered.get((id(item), mode))
+    if found is not None and found[0] is ctx.bindings:
+        return found[1]
+    relation = ctx.render_derived(item, mode, ctx)
+    ctx.rendered[(id(item), mode)] = (ctx.bindings, relation)
+    return relation
 
 
 def term_from(term: Term, query: exp.Select, ctx: Context) -> exp.Select:

@@ -517,8 +517,7 @@ def _pinner(db: Db, before: Callable[[str], None] | None = None) -> Callable[[ex
     refresh: inlined, a subquery under a join under a subquery multiplies the statement's size and
     its planning time with every level. `before` sees each subquery's text before it is computed."""
 
-    def compute(query: exp.Query) -> exp.Expr:
-        text = pg_apply.render(query)
+    def compute(text: str) -> exp.Expr:
         if before is not None:
             before(text)
         table = pg_apply.temp_table(db, "pin", text)

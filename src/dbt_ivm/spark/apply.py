@@ -44,10 +44,12 @@ class TempViews:
         self.names.append(view)
         return view
 
-    def pinned(self, purpose: str, query: exp.Query) -> exp.Table:
-        """Compute `query` now and keep its rows as a temp view."""
+    def pinned(self, purpose: str, query: exp.Query | str) -> exp.Table:
+        """Compute `query` (or its Spark SQL text) now and keep its rows as a temp view."""
         view = self.name(purpose)
-        self.spark.sql(query.sql(DIALECT)).localCheckpoint(eager=True).createOrReplaceTempView(view)
+        self.spark.sql(query if isinstance(query, str) else query.sql(DIALECT)).localCheckpoint(
+            eager=True
+        ).createOrReplaceTempView(view)
         return exp.table_(view, quoted=True)
 
     def cached(self, purpose: str, query: exp.Query) -> exp.Table:
