@@ -33,12 +33,18 @@ def context(ctx: Context) -> Context:
     return ctx
 
 
-def _render_derived(item: Derived, mode: Mode, ctx: Context) -> exp.Expr:
+def _render_derived(item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | None) -> exp.Expr:
     if mode == "delta":
         found = delta(item.plan, ctx)
         assert found is not None, "a changed derived item has a delta"
         return ctx.pinned(found)  # read by several terms
-    found = contents(item.plan, ctx.as_before() if mode == "before" else ctx)
+    state = ctx.as_before() if mode == "before" else ctx
+    if restrict is not None:  # only the groups a term's change set can join (`sideways`)
+        assert isinstance(item.plan, Aggregate)
+        rows = grouping.input_rows(item.plan, "after", context(state), restrict)
+        assert rows is not None
+        return ctx.pinned(grouping.from_scratch(item.plan, rows))
+    found = contents(item.plan, state)
     # Several terms read it whole, and no engine pushes a join's keys into it: computed once.
     return ctx.pinned(found) if sealed(item.plan) else found
 

@@ -28,7 +28,8 @@ from typing import Literal
 from sqlglot import exp
 
 from dbt_ivm.catalog import TableInfo
-from dbt_ivm.plan.nodes import Derived, Item, Scan, scans_in
+from dbt_ivm.delta import sideways
+from dbt_ivm.plan.nodes import Aggregate, Derived, Item, scans_in
 from dbt_ivm.sqltext import WEIGHT
 
 Mode = Literal["current", "delta", "before", "null"]
@@ -78,16 +79,16 @@ class Context:
     """What rendering needs: the bindings, and a way to render derived items (set by `plans`)."""
 
     bindings: Bindings
-    render_derived: Callable[[Derived, Mode, Context], exp.Expr] | None = None
+    render_derived: Callable[[Derived, Mode, Context, exp.Exists | None], exp.Expr] | None = None
     # Result types of aggregate calls, by id() of their Aggregate node and call index (AVG's cast).
     call_types: dict[int, dict[int, exp.DataType]] = field(default_factory=dict)
     # Computes a query now and returns a relation holding its rows: a backend whose planner would
     # otherwise re-plan a subquery read twice (Spark) sets it; None keeps the query inline.
     pin: Callable[[exp.Query], exp.Expr] | None = None
-    # Derived items already rendered in this refresh, by (id of the item, mode): a derived item is read
+    # Derived items already rendered in this refresh, by (id of the item, mode, restriction): a derived item is read
     # by many terms, and building its SQL again for each is most of a refresh's Python time. The
     # bindings rendered against are kept with it (alive, so their id cannot be reused).
-    rendered: dict[tuple[int, str], tuple[Bindings, exp.Expr]] = field(default_factory=dict)
+    rendered: dict[tuple[int, str, str], tuple[Bindings, exp.Expr]] = field(default_factory=dict)
 
     def item_changed(self, item: Item) -> bool:
         return any(self.bindings.changed(s.table) for s in scans_in(item))
@@ -197,36 +198,55 @@ def aliased(relation: exp.Expr, alias: str) -> exp.Expr:
     return relation
 
 
-def read_relation(read: Read, ctx: Context) -> exp.Expr:
-    """The relation a read stands for, aliased as its item."""
+def read_relation(read: Read, ctx: Context, term: Term | None = None) -> exp.Expr:
+    """The relation a read stands for, aliased as its item (a grouped subquery restricted to the
+    groups `term` can join, `sideways`)."""
     item = read.item
     mode: Mode = "current" if read.mode == "null" else read.mode
-    if isinstance(item, Computed):
-        relation: exp.Expr = item.query
-    elif isinstance(item, Scan):
-        name = item.table.qualified
-        if mode == "delta":
-            relation = ctx.bindings.delta[name].copy()
-        elif mode == "before" and ctx.bindings.before is not None and name in ctx.bindings.before:
-            relation = ctx.bindings.before[name].copy()
-        else:
-            relation = ctx.bindings.current[name].copy()
+    if isinstance(item, Derived):
+        relation = _derived(item, mode, ctx, None if term is None else _reachable(term, read, ctx))
     else:
-        relation = _derived(item, mode, ctx)
+        relation = _relation(read, ctx)
     if read.mode == "null":
         # No rows, the item's columns and types: LEFT JOINed ON TRUE it pads a row with NULLs.
         relation = exp.select("*").from_(aliased(relation, item.alias)).where(exp.false())
     return aliased(relation, item.alias)
 
 
-def _derived(item: Derived, mode: Mode, ctx: Context) -> exp.Expr:
-    """A derived item's relation, rendered once per item, mode and bindings."""
+def _relation(read: Read, ctx: Context) -> exp.Expr:
+    """The relation a read stands for, unaliased."""
+    item = read.item
+    mode: Mode = "current" if read.mode == "null" else read.mode
+    if isinstance(item, Computed):
+        return item.query
+    if isinstance(item, Derived):
+        return _derived(item, mode, ctx)
+    name = item.table.qualified
+    if mode == "delta":
+        return ctx.bindings.delta[name].copy()
+    if mode == "before" and ctx.bindings.before is not None and name in ctx.bindings.before:
+        return ctx.bindings.before[name].copy()
+    return ctx.bindings.current[name].copy()
+
+
+def _reachable(term: Term, read: Read, ctx: Context) -> exp.Exists | None:
+    found = sideways.reachable_groups(term, read)
+    if found is None:
+        return None
+    assert isinstance(read.item, Derived) and isinstance(read.item.plan, Aggregate)
+    return sideways.restriction(found, read.item.plan, _relation(found.source, ctx))
+
+
+def _derived(item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | None = None) -> exp.Expr:
+    """A derived item's relation (only the groups `restrict` keeps), rendered once per item, mode,
+    restriction and bindings."""
     assert ctx.render_derived is not None
-    found = ctx.rendered.get((id(item), mode))
+    key = (id(item), mode, "" if restrict is None else restrict.sql(ctx.bindings.dialect))
+    found = ctx.rendered.get(key)
     if found is not None and found[0] is ctx.bindings:
         return found[1]
-    relation = ctx.render_derived(item, mode, ctx)
-    ctx.rendered[(id(item), mode)] = (ctx.bindings, relation)
+    relation = ctx.render_derived(item, mode, ctx, restrict)
+    ctx.rendered[key] = (ctx.bindings, relation)
     return relation
 
 
@@ -234,9 +254,9 @@ def term_from(term: Term, query: exp.Select, ctx: Context) -> exp.Select:
     """`query` with the term's FROM (non-null reads joined, null reads left-joined) and WHERE."""
     real = [r for r in term.reads if r.mode != "null"]
     assert real, "a term reads at least one item"
-    query = query.from_(read_relation(real[0], ctx), copy=False)
+    query = query.from_(read_relation(real[0], ctx, term), copy=False)
     for read in real[1:]:
-        query = query.join(read_relation(read, ctx), join_type="cross", copy=False)
+        query = query.join(read_relation(read, ctx, term), join_type="cross", copy=False)
     for read in term.reads:
         if read.mode == "null":
             query = query.join(read_relation(read, ctx), on=exp.true(), join_type="left", copy=False)
