@@ -33,7 +33,9 @@ def context(ctx: Context) -> Context:
     return ctx
 
 
-def _render_derived(item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | None) -> exp.Expr:
+def _render_derived(
+    item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | None, ahead: bool
+) -> exp.Expr:
     if mode == "delta":
         found = delta(item.plan, ctx)
         assert found is not None, "a changed derived item has a delta"
@@ -46,7 +48,7 @@ def _render_derived(item: Derived, mode: Mode, ctx: Context, restrict: exp.Exist
         return ctx.pinned(grouping.from_scratch(item.plan, rows))
     found = contents(item.plan, state)
     # Several terms read it whole, and no engine pushes a join's keys into it: computed once.
-    return ctx.pinned(found) if sealed(item.plan) else found
+    return ctx.pinned(found) if ahead and sealed(item.plan) else found
 
 
 def sealed(plan: Plan) -> bool:

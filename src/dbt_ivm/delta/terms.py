@@ -79,7 +79,8 @@ class Context:
     """What rendering needs: the bindings, and a way to render derived items (set by `plans`)."""
 
     bindings: Bindings
-    render_derived: Callable[[Derived, Mode, Context, exp.Exists | None], exp.Expr] | None = None
+    # (item, mode, ctx, restriction, whether a sealed item may be computed ahead: `read_relation`)
+    render_derived: Callable[[Derived, Mode, Context, exp.Exists | None, bool], exp.Expr] | None = None
     # Result types of aggregate calls, by id() of their Aggregate node and call index (AVG's cast).
     call_types: dict[int, dict[int, exp.DataType]] = field(default_factory=dict)
     # Computes a query now and returns a relation holding its rows: a backend whose planner would
@@ -88,7 +89,7 @@ class Context:
     # Derived items already rendered in this refresh, by (id of the item, mode, restriction): a derived item is read
     # by many terms, and building its SQL again for each is most of a refresh's Python time. The
     # bindings rendered against are kept with it (alive, so their id cannot be reused).
-    rendered: dict[tuple[int, str, str], tuple[Bindings, exp.Expr]] = field(default_factory=dict)
+    rendered: dict[tuple[int, str, str, bool], tuple[Bindings, exp.Expr]] = field(default_factory=dict)
 
     def item_changed(self, item: Item) -> bool:
         return any(self.bindings.changed(s.table) for s in scans_in(item))
@@ -203,8 +204,11 @@ def read_relation(read: Read, ctx: Context, term: Term | None = None) -> exp.Exp
     groups `term` can join, `sideways`)."""
     item = read.item
     mode: Mode = "current" if read.mode == "null" else read.mode
-    if isinstance(item, Derived):
-        relation = _derived(item, mode, ctx, None if term is None else _reachable(term, read, ctx))
+    if isinstance(item, Derived) and term is not None and read.mode != "null":
+        # Computed ahead only for a term that stands alone: a correlated one (an existence check)
+        # or a NULL partner may never run, and computing ahead is eager.
+        ahead = not _correlated(term)
+        relation = _derived(item, mode, ctx, _reachable(term, read, ctx), ahead)
     else:
         relation = _relation(read, ctx)
     if read.mode == "null":
@@ -220,7 +224,7 @@ def _relation(read: Read, ctx: Context) -> exp.Expr:
     if isinstance(item, Computed):
         return item.query
     if isinstance(item, Derived):
-        return _derived(item, mode, ctx)
+        return _derived(item, mode, ctx, None, False)
     name = item.table.qualified
     if mode == "delta":
         return ctx.bindings.delta[name].copy()
@@ -237,15 +241,21 @@ def _reachable(term: Term, read: Read, ctx: Context) -> exp.Exists | None:
     return sideways.restriction(found, read.item.plan, _relation(found.source, ctx))
 
 
-def _derived(item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | None = None) -> exp.Expr:
-    """A derived item's relation (only the groups `restrict` keeps), rendered once per item, mode,
-    restriction and bindings."""
+def _correlated(term: Term) -> bool:
+    """Whether `term`'s predicates read a table none of its reads is (a subquery's outer row)."""
+    own = {r.item.alias for r in term.reads}
+    return any(c.table and c.table not in own for p in term.predicates for c in p.find_all(exp.Column))
+
+
+def _derived(item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | None, ahead: bool) -> exp.Expr:
+    """A derived item's relation (only the groups `restrict` keeps; a sealed one computed `ahead`),
+    rendered once per item, mode, restriction and bindings."""
     assert ctx.render_derived is not None
-    key = (id(item), mode, "" if restrict is None else restrict.sql(ctx.bindings.dialect))
+    key = (id(item), mode, "" if restrict is None else restrict.sql(ctx.bindings.dialect), ahead)
     found = ctx.rendered.get(key)
     if found is not None and found[0] is ctx.bindings:
         return found[1]
-    relation = ctx.render_derived(item, mode, ctx, restrict)
+    relation = ctx.render_derived(item, mode, ctx, restrict, ahead)
     ctx.rendered[key] = (ctx.bindings, relation)
     return relation
 
