@@ -205,10 +205,7 @@ def read_relation(read: Read, ctx: Context, term: Term | None = None) -> exp.Exp
     item = read.item
     mode: Mode = "current" if read.mode == "null" else read.mode
     if isinstance(item, Derived) and term is not None and read.mode != "null":
-        # Computed ahead only for a term that stands alone: a correlated one (an existence check)
-        # or a NULL partner may never run, and computing ahead is eager.
-        ahead = not _correlated(term)
-        relation = _derived(item, mode, ctx, _reachable(term, read, ctx), ahead)
+        relation = _derived(item, mode, ctx, _reachable(term, read, ctx), True)
     else:
         relation = _relation(read, ctx)
     if read.mode == "null":
@@ -223,7 +220,7 @@ def _relation(read: Read, ctx: Context) -> exp.Expr:
     mode: Mode = "current" if read.mode == "null" else read.mode
     if isinstance(item, Computed):
         return item.query
-    if isinstance(item, Derived):
+    if isinstance(item, Derived):  # a NULL partner's columns: computing it ahead would be wasted
         return _derived(item, mode, ctx, None, False)
     name = item.table.qualified
     if mode == "delta":
@@ -239,12 +236,6 @@ def _reachable(term: Term, read: Read, ctx: Context) -> exp.Exists | None:
         return None
     assert isinstance(read.item, Derived) and isinstance(read.item.plan, Aggregate)
     return sideways.restriction(found, read.item.plan, _relation(found.source, ctx))
-
-
-def _correlated(term: Term) -> bool:
-    """Whether `term`'s predicates read a table none of its reads is (a subquery's outer row)."""
-    own = {r.item.alias for r in term.reads}
-    return any(c.table and c.table not in own for p in term.predicates for c in p.find_all(exp.Column))
 
 
 def _derived(item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | None, ahead: bool) -> exp.Expr:
