@@ -600,6 +600,13 @@ OUTPUT_COLUMNS_LIKE_INTERNALS = Case(
             "WHERE amount > 20",
         ),
         Shape("multiset_internal_names", 'SELECT kind AS "__ivm_dup", v AS "__ivm_hash" FROM events'),
+        # A correlated MAX (restricted sideways to the changed customers) under our own aliases.
+        Shape(
+            "correlated_internal_names",
+            'SELECT "__ivm_reach".id AS "__ivm_reach", "__ivm_reach".amount FROM orders AS "__ivm_reach" '
+            'WHERE "__ivm_reach".amount = (SELECT MAX(o2.amount) FROM orders o2 '
+            'WHERE o2.customer = "__ivm_reach".customer)',
+        ),
         # Near misses of the reserved prefix: ordinary names that must simply work.
         Shape(
             "near_miss_agg",
