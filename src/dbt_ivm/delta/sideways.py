@@ -72,21 +72,17 @@ def reachable_groups(term: Term, read: Read) -> Reachable | None:
     return best
 
 
+REACH = "__ivm_reach"  # the change set's alias inside the restriction
+
+
 def restriction(found: Reachable, plan: Aggregate, source: exp.Expr) -> exp.Exists:
-    """The filter on `plan`'s input rows keeping the reachable groups (`source`: the change set)."""
-    alias = "__ivm_reach"
-    conditions = [
-        exp.EQ(this=exp.column(name, alias, quoted=True), expression=plan.group_by[index].copy())
+    """The filter on `plan`'s input rows keeping the reachable groups (`source`: the change set,
+    aliased `REACH`)."""
+    keys = [
+        exp.EQ(this=exp.column(name, REACH, quoted=True), expression=plan.group_by[index].copy())
         for index, name in found.keys
     ]
-    condition: exp.Expr = conditions[0]
-    for other in conditions[1:]:
-        condition = exp.and_(condition, other)
-    relation = source.copy()
-    if isinstance(relation, exp.Query):
-        relation = exp.Subquery(this=relation)
-    relation.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
-    return exp.Exists(this=exp.select("1").from_(relation).where(condition))
+    return exp.Exists(this=exp.select("1").from_(source).where(exp.and_(*keys)))
 
 
 def _plain_group(expression: exp.Expr, placeholders: dict[str, int]) -> int | None:

@@ -86,8 +86,8 @@ class Context:
     # Computes a query now and returns a relation holding its rows: a backend whose planner would
     # otherwise re-plan a subquery read twice (Spark) sets it; None keeps the query inline.
     pin: Callable[[exp.Query], exp.Expr] | None = None
-    # Derived items already rendered in this refresh, by (id of the item, mode, restriction): a derived item is read
-    # by many terms, and building its SQL again for each is most of a refresh's Python time. The
+    # Derived items already rendered in this refresh, by (id of the item, mode, restriction, ahead):
+    # many terms read one, and building its SQL for each was most of a refresh's Python time. The
     # bindings rendered against are kept with it (alive, so their id cannot be reused).
     rendered: dict[tuple[int, str, str, bool], tuple[Bindings, exp.Expr]] = field(default_factory=dict)
 
@@ -235,7 +235,8 @@ def _reachable(term: Term, read: Read, ctx: Context) -> exp.Exists | None:
     if found is None:
         return None
     assert isinstance(read.item, Derived) and isinstance(read.item.plan, Aggregate)
-    return sideways.restriction(found, read.item.plan, _relation(found.source, ctx))
+    source = aliased(_relation(found.source, ctx), sideways.REACH)
+    return sideways.restriction(found, read.item.plan, source)
 
 
 def _derived(item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | None, ahead: bool) -> exp.Expr:
