@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-RefreshMode = Literal["auto", "full", "differential"]
+RefreshMode = Literal["auto", "full", "differential", "immediate"]
 OnConfigurationChange = Literal["apply", "continue", "fail"]
 UserTriggers = Literal["auto", "on", "off"]
 # What a refresh did, as recorded in the history table.

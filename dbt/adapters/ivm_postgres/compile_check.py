@@ -1,7 +1,8 @@
-"""`refresh_mode='differential'` is refused at compile time, not only at run time.
+"""`refresh_mode='differential'` (and 'immediate') is refused at compile time, not only at run time.
 
 `dbt compile`, and the compile step of `dbt run` and `dbt build`, plan every `stream_table` model
-whose refresh_mode is 'differential' and fail naming the construct that cannot be maintained. dbt
+whose refresh_mode is 'differential' or 'immediate' (which maintains what 'differential' does;
+Spark refuses it outright) and fail naming the construct that cannot be maintained. dbt
 compiles a node in its own `Compiler`, which an adapter cannot replace, so `install` wraps
 `Compiler.compile_node` once per process; for other adapters and other models it does nothing.
 A query whose relations do not exist yet (`dbt compile` before `dbt seed`) is not judged here: the
@@ -47,7 +48,7 @@ def check_model(config: Any, node: Any) -> None:
         return
     if node.config.materialized != "stream_table":
         return
-    if str(node.config.get("refresh_mode") or "").strip().lower() != "differential":
+    if str(node.config.get("refresh_mode") or "").strip().lower() not in ("differential", "immediate"):
         return
     check = getattr(get_adapter(config), "ivm_check_differential", None)
     if check is not None:

@@ -49,12 +49,6 @@ def build_spec(
     """The engine's description of one stream table, from the model's relation, SQL and config."""
     if relation.schema is None or relation.identifier is None:
         raise DbtRuntimeError(f"model {model_name}: stream table relation {relation} has no schema or name")
-    if str(config.get("refresh_mode") or "").strip().lower() == "immediate":
-        # Accepted silently before, it acted like 'auto': refuse until it is built.
-        raise DbtRuntimeError(
-            f"model {model_name}: refresh_mode='immediate' (maintenance inside the writer's transaction) "
-            "is not available yet; use refresh_mode='auto'"
-        )
     notify_channel = config.get("notify_channel")
     return StreamTableSpec(
         model=model_name,

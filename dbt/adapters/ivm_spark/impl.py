@@ -163,11 +163,12 @@ class IvmSparkAdapter(SparkAdapter):
         """At compile time: refuse a differential model the engine cannot maintain (compile_check)."""
         from dbt.adapters.ivm_postgres import compile_check
 
-        from dbt_ivm.spark.runner import check_differential
+        from dbt_ivm.spark.runner import check_differential, refuse_immediate
 
+        spec = compile_check.spec_for(self, node)
+        compile_check.judge(lambda: refuse_immediate(spec))  # whatever the connection
         if getattr(self.config.credentials, "method", None) != SparkConnectionMethod.SESSION:
             return  # the engine plans on the embedded session only
-        spec = compile_check.spec_for(self, node)
         compile_check.judge(lambda: check_differential(self.spark_session(), spec))
 
     @available.parse(lambda *args, **kwargs: "")

@@ -53,6 +53,8 @@ MARKS = "buffer_marks"
 SENTINEL = "sentinel"  # proves a buffer was not reset by crash recovery (both are unlogged)
 FULL_MARK = "full"  # TRUNCATE, or a write capture could not record: the next refresh is FULL
 TRIGGER_PREFIX = "__ivm_capture_"
+# A stream table that consumes buffers: an IMMEDIATE one is kept by its own triggers instead.
+READS_BUFFERS = "s.refresh_mode <> 'immediate'"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
 # The source and every table below it: partitions and inheritance children, at any depth.
 TREE_SQL = (
@@ -110,7 +112,8 @@ def remove_unused(db: Db, catalog: str) -> None:
     """Remove capture from sources no stream table reads any more, so their writes stop paying for it."""
     unused = db.rows(
         f"SELECT source, source_oid::text, buffer_table FROM {qn(catalog, 'change_buffers')} AS b "
-        f"WHERE NOT EXISTS (SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE b.source = ANY (s.sources))"
+        f"WHERE NOT EXISTS (SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE b.source = ANY (s.sources) "
+        f"AND {READS_BUFFERS})"
     )
     for source, oid, buffer in unused:
         # The triggers depend on the function: CASCADE removes them with it.
@@ -454,7 +457,8 @@ def cleanup(db: Db, catalog: str, table: TableInfo) -> int:
     if not db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (pin_key(table.qualified),)):
         return 0  # a stream table over this source is being created: clean up next time
     seen_by_all = (
-        f"NOT EXISTS (SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE %s = ANY (s.sources) AND ("
+        f"NOT EXISTS (SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE %s = ANY (s.sources) "
+        f"AND {READS_BUFFERS} AND ("
         f"s.frontier IS NULL OR NOT pg_visible_in_snapshot(b.{q(XID)}, s.frontier)))"
     )
     db.execute(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from dbt_ivm.postgres import capture
+from dbt_ivm.postgres import capture, immediate
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.sqltext import lit, qn
 
@@ -96,6 +96,8 @@ def _unregister_missing(db: Db, catalog: str, keys: list[str], relations: dict[s
         "WHERE s.stream_table = m.key AND to_regclass(m.relation) IS NULL RETURNING s.stream_table",
         (keys, [relations[k] for k in keys]),
     )
+    for (key,) in deleted:
+        immediate.remove(db, catalog, str(key))  # writers stop maintaining a table that is gone
     return [str(r[0]) for r in deleted]
 
 
@@ -111,7 +113,8 @@ def remove_unused(db: Db, catalog: str) -> None:
         db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (GC_LOCK,))
         unused = db.rows(
             f"SELECT source FROM {qn(catalog, 'change_buffers')} AS b WHERE NOT EXISTS "
-            f"(SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE b.source = ANY (s.sources))"
+            f"(SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE b.source = ANY (s.sources) "
+            f"AND {capture.READS_BUFFERS})"
         )
         if unused and all(_try_lock(db, capture.pin_key(str(r[0]))) for r in unused):
             capture.remove_unused(db, catalog)
@@ -179,6 +182,7 @@ def drop_registration(db: Db, catalog: str, stream_table: str, drop_table: bool)
             if drop_table:
                 db.execute(f"DROP TABLE IF EXISTS {qn(str(row[0]), str(row[1]))}")
             db.execute(f"DELETE FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s", (stream_table,))
+            immediate.remove(db, catalog, stream_table)
     if row is None:
         return False
     remove_unused(db, catalog)

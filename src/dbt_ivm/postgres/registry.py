@@ -11,7 +11,7 @@ from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
 # The column added last, and its table: a catalog that has it needs no upgrade.
-NEWEST_TABLE, NEWEST_COLUMN = "refresh_history", "estimated_differential_seconds"
+NEWEST_TABLE, NEWEST_COLUMN = "immediate_state", "digest"
 
 
 def bootstrap(db: Db, catalog: str) -> None:
@@ -65,9 +65,15 @@ def bootstrap(db: Db, catalog: str) -> None:
             ("change_buffers", "state jsonb"),
             ("stream_tables", "shape text NOT NULL DEFAULT ''"),
             # What AUTO's planner estimated a differential refresh would take (dbt_ivm.cost).
-            (NEWEST_TABLE, f"{NEWEST_COLUMN} double precision"),
+            ("refresh_history", "estimated_differential_seconds double precision"),
         ):
             db.execute(f"ALTER TABLE {s}.{q(table)} ADD COLUMN IF NOT EXISTS {column}")
+        # IMMEDIATE stream tables: writers take turns on their row (postgres.immediate); created last.
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}.{q(NEWEST_TABLE)} (stream_table text PRIMARY KEY, "
+            f"writes bigint NOT NULL DEFAULT 0, storage jsonb NOT NULL, {NEWEST_COLUMN} text NOT NULL)"
+        )
+        db.execute(f"REVOKE ALL ON {s}.{q(NEWEST_TABLE)} FROM PUBLIC")
 
 
 @dataclass
@@ -136,7 +142,7 @@ def recent_refreshes(db: Db, catalog: str, stream_table: str) -> list[PastRefres
     """The stream table's most recent successful refreshes that did work (SKIP aside), newest first:
     AUTO's measured evidence (dbt_ivm.cost). Read backwards along the refresh id, stopping early."""
     rows = db.rows(
-        f"SELECT action, duration_seconds, changes_read, {NEWEST_COLUMN} FROM {qn(catalog, 'refresh_history')} "
+        f"SELECT action, duration_seconds, changes_read, estimated_differential_seconds FROM {qn(catalog, 'refresh_history')} "
         "WHERE stream_table = %s AND status = 'OK' AND duration_seconds IS NOT NULL "
         "AND action IN ('DIFFERENTIAL', 'FULL', 'CREATE', 'REBUILD') ORDER BY refresh_id DESC LIMIT %s",
         (stream_table, RECENT),

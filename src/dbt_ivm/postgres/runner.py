@@ -36,7 +36,15 @@ from dbt_ivm.layout import Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
 from dbt_ivm.postgres import apply as pg_apply
-from dbt_ivm.postgres import auto_cost, capture, registrations, registry, user_triggers
+from dbt_ivm.postgres import (
+    auto_cost,
+    capture,
+    immediate,
+    immediate_sql,
+    registrations,
+    registry,
+    user_triggers,
+)
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
@@ -119,7 +127,7 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
         described = describe_many(db, [contents, *(p.sql("postgres") for _, p in probes)])
         call_types = _call_types(spec, probes, described[1:])
     except UnsupportedQuery as unsupported:
-        if spec.refresh_mode == "differential":
+        if spec.refresh_mode in ("differential", "immediate"):
             raise
         compiled = Compiled(None, None, [], unsupported, {}, output_types, views_digest(catalog.seen))
         compiled.shape = json.dumps({"kind": "plain", "columns": output_types})
@@ -250,11 +258,15 @@ class PostgresBackend:
 
     def build(self, sql: str, action: str, reason: str | None, started: float) -> RefreshResult:
         self.started = started
+        if self.spec.refresh_mode == "immediate":
+            return self._build_immediate(sql, action, reason)
         return self._build(sql, action, reason)
 
     def refresh(self, sql: str, started: float) -> RefreshResult:
         self.started = started
         assert self._registered is not None  # looked up by `registered`, under the refresh lock
+        if self.spec.refresh_mode == "immediate" or self._registered.refresh_mode == "immediate":
+            return self._check_immediate(sql, self._registered)
         return self._refresh(sql, self._registered)
 
     def record(self, fields: dict[str, object]) -> int | None:
@@ -291,6 +303,7 @@ class PostgresBackend:
             compiled = compile_query(db, spec, sql)
             db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(spec.schema)}")
             dropped_triggers = user_triggers.find_existing(db, relation)
+            immediate.remove(db, spec.catalog_schema, _key(spec))  # it was refresh_mode='immediate'
             db.execute(f"DROP TABLE IF EXISTS {relation}")
             layout, contents = _contents(compiled, sql)
             rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
@@ -309,6 +322,56 @@ class PostgresBackend:
             lifecycle.record(self, result, 0, self.started)
             user_triggers.notify(db, spec, result)
         return result
+
+    def _build_immediate(self, sql: str, action: str, reason: str | None) -> RefreshResult:
+        """Create the table and its maintenance triggers in one READ COMMITTED transaction: the
+        triggers lock the sources against writes first, so the contents (read by a later statement,
+        in a newer snapshot) hold every committed write and no write slips in before the triggers."""
+        db, spec = self.db, self.spec
+        relation = _relation(spec)
+        with db.transaction():
+            compiled = compile_query(db, spec, sql)
+            assert compiled.plan is not None and compiled.layout is not None  # else refused by name
+            _refuse_for_immediate(db, spec, compiled)
+            db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(spec.schema)}")
+            dropped_triggers = user_triggers.find_existing(db, relation)
+            db.execute(f"DROP TABLE IF EXISTS {relation}")
+            immediate.install(
+                db, spec.catalog_schema, _key(spec), compiled.sources, _immediate_function(db, spec, compiled)
+            )
+            layout, contents = _contents(compiled, sql)
+            rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
+            restrict_to_user_columns(db, relation, layout.user)
+            registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
+            result = RefreshResult(
+                action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
+            )
+            result.reason = reason
+            result.warnings.extend(user_triggers.dropped_warning(relation, dropped_triggers))
+            lifecycle.record(self, result, 0, self.started)
+        return result
+
+    def _check_immediate(self, sql: str, registered: registry.Registered) -> RefreshResult:
+        """An IMMEDIATE stream table is kept by its triggers: a run only checks that they are the
+        ones this query needs and were never off (else it rebuilds, saying why)."""
+        db, spec = self.db, self.spec
+        with db.transaction():
+            compiled = compile_query(db, spec, sql)
+            reason = _mode_change(registered, spec) or _rebuild_reason(compiled, registered)
+            if reason is None and registered.needs_full:
+                reason = registered.needs_full
+            if reason is None:
+                function = _immediate_function(db, spec, compiled)
+                reason = immediate.reinstall_reason(
+                    db, spec.catalog_schema, _key(spec), compiled.sources, function
+                )
+            if reason is None:
+                result = RefreshResult(
+                    action="SKIP", reason="refresh_mode='immediate': maintained by its writers"
+                )
+                lifecycle.record(self, result, 0, self.started)
+                return result
+        return self.build(sql, "REBUILD", reason, self.started)
 
     def _refresh(self, sql: str, registered: registry.Registered) -> RefreshResult:
         db, spec = self.db, self.spec
@@ -363,6 +426,45 @@ class PostgresBackend:
         lifecycle.record(self, result, changes, self.started)
         user_triggers.notify(db, spec, result)
         return result
+
+
+def _mode_change(registered: registry.Registered, spec: StreamTableSpec) -> str | None:
+    """Switching to or from IMMEDIATE changes how the table is kept: it is rebuilt."""
+    modes = {registered.refresh_mode, spec.refresh_mode}
+    if registered.refresh_mode != spec.refresh_mode and "immediate" in modes:
+        return f"refresh_mode changed from '{registered.refresh_mode}' to '{spec.refresh_mode}'"
+    return None
+
+
+def _refuse_for_immediate(db: Db, spec: StreamTableSpec, compiled: Compiled) -> None:
+    """What IMMEDIATE maintenance cannot do, refused by name."""
+    for source in compiled.sources:
+        virtual = capture.virtual_columns(db, source)
+        if virtual:
+            raise UnsupportedQuery(
+                spec.model,
+                f"refresh_mode='immediate' over {source.qualified}, whose virtual generated column "
+                f"`{next(iter(virtual))}` its transition tables hold as NULL",
+                "make the column STORED, or use refresh_mode='differential'",
+            )
+
+
+def _immediate_function(db: Db, spec: StreamTableSpec, compiled: Compiled) -> str:
+    """The trigger function that maintains `spec`'s table inside every writer's transaction."""
+    assert compiled.plan is not None and compiled.layout is not None
+    key = _key(spec)
+    statements = immediate_sql.statements(
+        compiled.plan,
+        compiled.layout,
+        compiled.sources,
+        _table(spec),
+        compiled.target,
+        lambda bindings: context(compiled, bindings),
+        lambda index: exp.table_(immediate.pending_table(key, index), "pg_temp", quoted=True),
+    )
+    return immediate.function_sql(
+        spec.catalog_schema, key, _relation(spec), compiled.sources, statements, immediate.search_path(db)
+    )
 
 
 def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[str, object]:
@@ -565,6 +667,7 @@ def drop_stream_table(connection: object, schema: str, name: str, catalog_schema
     if exists:
         with db.transaction():
             registry.unregister(db, catalog_schema, f"{schema}.{name}")
+            immediate.remove(db, catalog_schema, f"{schema}.{name}")
         registrations.remove_unused(db, catalog_schema)
 
 

@@ -136,8 +136,20 @@ def _views_digest(catalog: SparkCatalog) -> str:
     return views_digest(t.info for t in catalog.tables.values())
 
 
+def refuse_immediate(spec: StreamTableSpec) -> None:
+    """IMMEDIATE maintenance runs in the writer's transaction, from triggers: Spark has neither."""
+    if spec.refresh_mode == "immediate":
+        raise UnsupportedQuery(
+            spec.model,
+            "refresh_mode='immediate' (Spark and Iceberg have no triggers to maintain a table inside "
+            "the writer's transaction)",
+            "use refresh_mode='auto' or 'differential' and refresh with dbt run",
+        )
+
+
 def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
     """Create the stream table or bring it up to date; returns what was done."""
+    refuse_immediate(spec)
     registry.bootstrap(spark, spec.catalog_schema)
     views = TempViews(spark)
     try:

@@ -1,0 +1,332 @@
+"""IMMEDIATE maintenance: the stream table changes inside the writer's own transaction.
+
+One PL/pgSQL trigger function per stream table, installed by `dbt run` on every source (and every
+table below it), holds the statements `immediate_sql` rendered; no Python runs at write time.
+Following one row: ``INSERT INTO orders VALUES (7, 'alice', 20.00)`` with ``customer_totals``:
+
+1. the BEFORE STATEMENT trigger counts one statement under way for the stream table (a transaction-
+   local setting, so a rolled-back savepoint or statement takes its count back with it);
+2. the AFTER INSERT STATEMENT trigger counts it done. None is left under way, so it applies its own
+   transition table now: it first updates the stream table's row in ``immediate_state`` — writers of
+   one stream table take turns there, and under READ COMMITTED each statement after it sees what the
+   writer before committed — then runs the INSERT MERGE: alice's group gains 20.00 and one order;
+3. the writer's next SELECT, in the same transaction, sees the new total. A ROLLBACK takes it away.
+
+Writers take turns per stream table, so the classic anomaly of two transactions inserting the two
+halves of a join cannot lose the joined row: the second one's delta reads the first one's committed
+half. Under REPEATABLE READ or SERIALIZABLE, a writer whose snapshot predates another writer's
+commit gets PostgreSQL's serialization error on that row (retry) and never a wrong stream table.
+
+One statement can change several sources, or one source twice (a writable CTE, ``INSERT … ON
+CONFLICT DO UPDATE``, a trigger or an FK cascade writing another source): their AFTER triggers fire one
+by one, each after all the changes. While statements are still under way, a trigger only keeps its
+rows in a ``pending`` temp table; the last one applies all of them with the `combined` statement,
+whose delta is exactly what every source's change contributes (inclusion–exclusion over the states
+now). A TRUNCATE recomputes the stream table. A failure that is not a serialization failure, a
+deadlock or a lock timeout never fails the write: the stream table is marked for a rebuild at the
+next ``dbt run`` (``needs_full``) and the writer gets a WARNING.
+
+The function is SECURITY DEFINER (the dbt role, which built the stream table and reads its sources;
+a writer needs no rights on either) with its search_path pinned at install.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from dbt_ivm.catalog import TableInfo
+from dbt_ivm.postgres.capture import TREE_SQL
+from dbt_ivm.postgres.db import Db
+from dbt_ivm.postgres.immediate_sql import EVENTS, NEW_ROWS, OLD_ROWS, Statements
+from dbt_ivm.reserved import internal_columns
+from dbt_ivm.sqltext import WEIGHT, lit, q, qn
+
+# Bump when the function's text changes in a way an installed one must not keep.
+IMMEDIATE_VERSION = 1
+STATE_TABLE = "immediate_state"
+TRIGGER_PREFIX = "__ivm_immediate_"
+# The function's one variable (a source column of that name is renamed by the engine, and columns
+# win over variables anyway: `#variable_conflict use_column`).
+EMPTY = "__ivm_empty"
+INSUFFICIENT_PRIVILEGE = "42501"
+# Errors that must reach the writer: its transaction is to be retried, or it asked not to wait.
+PASSED_ON = ("serialization_failure", "deadlock_detected", "lock_not_available")
+
+
+def tag_of(stream_table: str) -> str:
+    """A short stable name for a stream table ("schema.table"), usable in settings and function names."""
+    return hashlib.sha256(stream_table.encode()).hexdigest()[:16]
+
+
+def function_name(stream_table: str) -> str:
+    return f"immediate_{tag_of(stream_table)}"
+
+
+def pending_table(stream_table: str, index: int) -> str:
+    return f"__ivm_pending_{tag_of(stream_table)}_{index}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The transaction-local settings one stream table's triggers share."""
+
+    under_way: str  # statements whose AFTER trigger has not fired yet
+    pending: str  # 'on': rows wait in the pending tables
+    full: str  # 'on': a TRUNCATE happened, recompute
+
+    @staticmethod
+    def of(stream_table: str) -> Settings:
+        tag = tag_of(stream_table)
+        return Settings(f"dbt_ivm.under_way_{tag}", f"dbt_ivm.pending_{tag}", f"dbt_ivm.full_{tag}")
+
+
+def _setting(name: str) -> str:
+    return f"COALESCE(NULLIF(pg_catalog.current_setting({lit(name)}, true), ''), '')"
+
+
+def _set(name: str, value: str) -> str:
+    return f"PERFORM pg_catalog.set_config({lit(name)}, {value}, true);"
+
+
+def _under_way(settings: Settings) -> str:
+    return f"COALESCE(NULLIF({_setting(settings.under_way)}, '')::int, 0)"
+
+
+def _stash(catalog: str, stream_table: str, index: int, source: TableInfo) -> str:
+    """Keep this statement's rows in the source's pending table (created once per session)."""
+    table = f"pg_temp.{q(pending_table(stream_table, index))}"
+    names = ", ".join(q(c) for c in internal_columns(source))
+    copies = {
+        "INSERT": [(1, NEW_ROWS)],
+        "DELETE": [(-1, OLD_ROWS)],
+        "UPDATE": [(-1, OLD_ROWS), (1, NEW_ROWS)],
+    }
+    branches = []
+    for event in EVENTS:
+        inserts = " ".join(
+            f"INSERT INTO {table} ({q(WEIGHT)}, {names}) SELECT {weight}, "
+            + ", ".join(f"r.{q(c)}" for c in source.column_names())
+            + f" FROM {q(rows)} AS r;"
+            for weight, rows in copies[event]
+        )
+        branches.append(f"TG_OP = {lit(event)} THEN {inserts}")
+    return "IF " + " ELSIF ".join(branches) + " END IF;"
+
+
+def _create_pending(stream_table: str, sources: list[TableInfo]) -> str:
+    statements = []
+    for index, source in enumerate(sources):
+        columns = "".join(
+            f", {q(n)} {c.type}" for n, c in zip(internal_columns(source), source.columns, strict=True)
+        )
+        name = q(pending_table(stream_table, index))
+        statements.append(f"CREATE TEMP TABLE IF NOT EXISTS {name} ({q(WEIGHT)} smallint NOT NULL{columns});")
+    return " ".join(statements)
+
+
+def _clear_pending(stream_table: str, sources: list[TableInfo]) -> str:
+    return " ".join(f"DELETE FROM pg_temp.{q(pending_table(stream_table, i))};" for i in range(len(sources)))
+
+
+def _by_source(statements: Statements, sources: list[TableInfo]) -> str:
+    """Apply this statement's own transition table: one branch per source and event."""
+    branches = []
+    for index, events in enumerate(statements.by_source):
+        inner = [f"TG_OP = {lit(event)} THEN {text};" for event, text in events.items() if text is not None]
+        body = ("IF " + " ELSIF ".join(inner) + " END IF;") if inner else "NULL;"
+        branches.append(f"TG_ARGV[0] = {lit(str(index))} THEN {body}")
+    return "IF " + " ELSIF ".join(branches) + " END IF;"
+
+
+def _nothing_changed() -> str:
+    """Set EMPTY when this statement touched no row (an UPDATE matching nothing, ON CONFLICT's unused
+    half). One IF per transition table: a trigger has only its own, and an expression naming the
+    other would not plan."""
+    return (
+        f"IF TG_OP = 'INSERT' THEN {EMPTY} := NOT EXISTS (SELECT FROM {q(NEW_ROWS)}); "
+        f"ELSIF TG_OP IN ('UPDATE', 'DELETE') THEN {EMPTY} := NOT EXISTS (SELECT FROM {q(OLD_ROWS)}); END IF;"
+    )
+
+
+def function_sql(
+    catalog: str,
+    stream_table: str,
+    relation: str,
+    sources: list[TableInfo],
+    statements: Statements,
+    search_path: str,
+) -> str:
+    """The trigger function of one stream table (see the module docstring)."""
+    s = Settings.of(stream_table)
+    state = qn(catalog, STATE_TABLE)
+    stash = "".join(
+        f"{'IF' if i == 0 else 'ELSIF'} TG_ARGV[0] = {lit(str(i))} THEN {_stash(catalog, stream_table, i, t)} "
+        for i, t in enumerate(sources)
+    )
+    failed = (
+        f"UPDATE {qn(catalog, 'stream_tables')} SET needs_full = 'immediate maintenance failed: ' || SQLERRM "
+        f"WHERE stream_table = {lit(stream_table)}; "
+        f"IF pg_catalog.to_regclass({lit(relation)}) IS NOT NULL THEN "
+        f"RAISE WARNING 'dbt-ivm: stream table % was not maintained (%): the next dbt run rebuilds it', "
+        f"{lit(stream_table)}, SQLERRM; END IF;"
+    )
+    body = f"""#variable_conflict use_column
+DECLARE {EMPTY} boolean := false;
+BEGIN
+  IF TG_WHEN = 'BEFORE' THEN
+    {_set(s.under_way, f"({_under_way(s)} + 1)::text")}
+    RETURN NULL;
+  END IF;
+  {_set(s.under_way, f"GREATEST({_under_way(s)} - 1, 0)::text")}
+  {_nothing_changed()}
+  IF TG_OP = 'TRUNCATE' THEN
+    {_set(s.full, "'on'")}
+  ELSIF {EMPTY} THEN
+    NULL;
+  ELSIF {_under_way(s)} > 0 OR {_setting(s.pending)} = 'on' THEN
+    {_create_pending(stream_table, sources)}
+    {stash}END IF;
+    {_set(s.pending, "'on'")}
+  ELSIF {_setting(s.full)} <> 'on' THEN
+    UPDATE {state} SET writes = writes + 1 WHERE stream_table = {lit(stream_table)};
+    BEGIN
+      {_by_source(statements, sources)}
+    EXCEPTION WHEN {" OR ".join(PASSED_ON)} THEN RAISE;
+    WHEN OTHERS THEN {failed}
+    END;
+    RETURN NULL;
+  END IF;
+  IF {_under_way(s)} > 0 OR ({_setting(s.pending)} <> 'on' AND {_setting(s.full)} <> 'on') THEN
+    RETURN NULL;
+  END IF;
+  UPDATE {state} SET writes = writes + 1 WHERE stream_table = {lit(stream_table)};
+  BEGIN
+    IF {_setting(s.full)} = 'on' THEN
+      {statements.full};
+    ELSE
+      EXECUTE {lit(statements.combined)};
+    END IF;
+  EXCEPTION WHEN {" OR ".join(PASSED_ON)} THEN RAISE;
+  WHEN OTHERS THEN {failed}
+  END;
+  IF {_setting(s.pending)} = 'on' THEN
+    {_clear_pending(stream_table, sources)}
+  END IF;
+  {_set(s.pending, "'off'")}
+  {_set(s.full, "'off'")}
+  RETURN NULL;
+END
+"""
+    tag = next(t for t in (f"$ivm{n}$" for n in range(len(body) + 1)) if t not in body)
+    return (
+        f"CREATE OR REPLACE FUNCTION {qn(catalog, function_name(stream_table))}() RETURNS trigger "
+        f"LANGUAGE plpgsql SECURITY DEFINER SET search_path = {search_path} AS {tag}\n{body}{tag}"
+    )
+
+
+def storage(db: Db, sources: list[TableInfo]) -> list[object]:
+    """Where every table of every source's tree keeps its rows (relfilenode): a statement that rewrites
+    a table, possibly changing its values, fires no trigger but changes this."""
+    found: list[object] = []
+    for source in sources:
+        found.append(
+            db.value(
+                TREE_SQL
+                + "SELECT COALESCE(jsonb_agg(jsonb_build_array(c.oid::bigint, c.relfilenode::bigint) "
+                "ORDER BY c.oid), '[]') FROM tree JOIN pg_class c ON c.oid = tree.relid",
+                {"source": source.identity},
+            )
+        )
+    return found
+
+
+def digest(function: str) -> str:
+    """What an installed function is compared by: its text and the version of this module."""
+    return hashlib.sha256(f"{IMMEDIATE_VERSION}\n{function}".encode()).hexdigest()
+
+
+def search_path(db: Db) -> str:
+    """The install session's schemas behind pg_catalog (built-ins cannot be shadowed), then pg_temp:
+    the model's unqualified functions and types resolve as they did when `dbt run` compiled it."""
+    schemas = [str(r[0]) for r in db.rows("SELECT unnest(current_schemas(false))")]
+    return ", ".join(["pg_catalog", *(q(s) for s in schemas if s != "pg_catalog"), "pg_temp"])
+
+
+def _triggers(prefix: str, source: int, target: str, function: str) -> dict[str, str]:
+    """Trigger name -> its CREATE TRIGGER, for one table of source number `source`'s tree."""
+    base = f"FOR EACH STATEMENT EXECUTE FUNCTION {function}({lit(str(source))})"
+    timings = {
+        "before": "BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON {}",
+        "ins": f"AFTER INSERT ON {{}} REFERENCING NEW TABLE AS {q(NEW_ROWS)}",
+        "upd": f"AFTER UPDATE ON {{}} REFERENCING OLD TABLE AS {q(OLD_ROWS)} NEW TABLE AS {q(NEW_ROWS)}",
+        "del": f"AFTER DELETE ON {{}} REFERENCING OLD TABLE AS {q(OLD_ROWS)}",
+        "trunc": "AFTER TRUNCATE ON {}",
+    }
+    return {
+        q(prefix + suffix): f"CREATE TRIGGER {q(prefix + suffix)} {timing.format(target)} {base}"
+        for suffix, timing in timings.items()
+    }
+
+
+TRIGGERS_PER_TABLE = 5
+
+
+def install(db: Db, catalog: str, stream_table: str, sources: list[TableInfo], function: str) -> None:
+    """Create the function and its triggers on every table of every source's tree, in the caller's
+    transaction (CREATE TRIGGER locks each source against writes until it commits)."""
+    remove(db, catalog, stream_table)
+    db.execute(function)
+    name = qn(catalog, function_name(stream_table))
+    db.execute(f"REVOKE ALL ON FUNCTION {name}() FROM PUBLIC")
+    prefix = f"{TRIGGER_PREFIX}{tag_of(stream_table)}_"
+    for index, source in enumerate(sources):
+        tree = db.rows(TREE_SQL + "SELECT relid::regclass::text FROM tree", {"source": source.identity})
+        for (target,) in tree:
+            for trigger, statement in _triggers(prefix, index, str(target), name).items():
+                db.execute(statement)
+                # Fire under session_replication_role = replica too (only the table's owner may say so).
+                db.attempt(f"ALTER TABLE {target} ENABLE ALWAYS TRIGGER {trigger}", INSUFFICIENT_PRIVILEGE)
+    db.execute(
+        f"INSERT INTO {qn(catalog, STATE_TABLE)} (stream_table, writes, storage, digest) VALUES (%s, 0, %s, %s)",
+        (stream_table, json.dumps(storage(db, sources)), digest(function)),
+    )
+
+
+def remove(db: Db, catalog: str, stream_table: str) -> None:
+    """Drop the function (its triggers with it) and its state row; nothing if it is not installed."""
+    db.execute(f"DROP FUNCTION IF EXISTS {qn(catalog, function_name(stream_table))}() CASCADE")
+    if db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, STATE_TABLE),)):  # older catalogs
+        db.execute(f"DELETE FROM {qn(catalog, STATE_TABLE)} WHERE stream_table = %s", (stream_table,))
+
+
+def reinstall_reason(
+    db: Db, catalog: str, stream_table: str, sources: list[TableInfo], function: str
+) -> str | None:
+    """Why the installed maintenance cannot be trusted to have kept the stream table right (None: it can)."""
+    installed = db.one(
+        f"SELECT digest, storage FROM {qn(catalog, STATE_TABLE)} WHERE stream_table = %s", (stream_table,)
+    )
+    if installed is None:
+        return "its immediate maintenance is not installed"
+    if installed[0] != digest(function):
+        return "its immediate maintenance was installed for another query, schema or dbt-ivm version"
+    if installed[1] != storage(db, sources):
+        return (
+            "a source was rewritten without firing triggers (ALTER TABLE … TYPE … USING, VACUUM FULL, "
+            "CLUSTER, or dropped and recreated)"
+        )
+    signature = qn(catalog, function_name(stream_table)) + "()"
+    for source in sources:
+        complete = db.value(
+            TREE_SQL + "SELECT (SELECT count(*) FROM pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
+            "WHERE t.tgfoid = to_regprocedure(%(function)s) AND t.tgenabled IN ('O', 'A')) "
+            f"= {TRIGGERS_PER_TABLE} * (SELECT count(*) FROM tree)",
+            {"source": source.identity, "function": signature},
+        )
+        if not complete:
+            return (
+                f"its immediate maintenance triggers on {source.qualified} were disabled, altered or dropped"
+            )
+    return None

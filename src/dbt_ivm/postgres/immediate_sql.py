@@ -1,0 +1,145 @@
+"""The statements IMMEDIATE maintenance runs inside a writer's transaction, rendered once at `dbt run`.
+
+Each is one MERGE into the stream table whose rows come from the same delta rules a differential
+refresh uses; only the change sets differ. A statement's own changes are its transition tables:
+
+    INSERT:  the new rows, weight +1
+    DELETE:  the old rows, weight −1
+    UPDATE:  old −1 and new +1, netted per row image (an update that changed nothing sums to nothing)
+
+every other source is read as it is now, which, in the writer's transaction, includes everything the
+stream table already reflects. What a delta reads more than once is a MATERIALIZED CTE of the MERGE
+(a differential refresh pins it in a temp table; a writer's statement cannot afford the DDL).
+
+Two more statements cover what one transition table cannot: `full` recomputes the stream table (a
+TRUNCATE has no transition table), `combined` applies the changes of several statements at once
+(a writable CTE or a trigger writing two sources of one stream table: their changes are kept in
+`pending` tables until the last of them, then applied together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from sqlglot import exp
+
+from dbt_ivm.apply import keyed, multiset
+from dbt_ivm.apply.statements import full_delta
+from dbt_ivm.catalog import TableInfo
+from dbt_ivm.delta import stream
+from dbt_ivm.delta.compact import compacted, row_image
+from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
+from dbt_ivm.keys import Target
+from dbt_ivm.layout import Layout
+from dbt_ivm.plan.nodes import Plan
+from dbt_ivm.reserved import internal_columns, renamed_select, source_relation
+from dbt_ivm.sqltext import WEIGHT
+
+DIALECT = "postgres"
+NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
+EVENTS = ("INSERT", "UPDATE", "DELETE")
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Everything a stream table's trigger function runs, as PostgreSQL text."""
+
+    # Per source (in `Compiled.sources` order), per event: the MERGE (None: cannot change the table).
+    by_source: list[dict[str, str | None]]
+    full: str  # recompute from scratch, applied as a diff
+    combined: str  # every source's pending changes at once
+
+
+def weighted(table: TableInfo, rows: str, weight: int) -> exp.Select:
+    """A transition table's rows under the engine's column names, each with `weight`."""
+    one = exp.Literal.number(abs(weight))
+    signed = one if weight > 0 else exp.Neg(this=one)
+    return exp.select(*renamed_select(table), exp.alias_(signed, WEIGHT, quoted=True)).from_(
+        exp.table_(rows, quoted=True)
+    )
+
+
+def transition_changes(table: TableInfo, event: str) -> exp.Expr:
+    """The change set of one statement on `table` (see the module docstring)."""
+    if event == "INSERT":
+        return weighted(table, NEW_ROWS, 1).subquery()
+    if event == "DELETE":
+        return weighted(table, OLD_ROWS, -1).subquery()
+    both = exp.union(weighted(table, OLD_ROWS, -1), weighted(table, NEW_ROWS, 1), distinct=False)
+    names = internal_columns(table)
+    return compacted(both.subquery(), names, row_image(names)).subquery()
+
+
+def pending_changes(pending: exp.Table, table: TableInfo) -> exp.Expr:
+    """The net effect of the changes kept in `pending` for `table` (several statements' worth)."""
+    names = internal_columns(table)
+    return compacted(pending, names, row_image(names)).subquery()
+
+
+def apply_statement(layout: Layout, delta: exp.Query, stream_table: exp.Table, target: Target) -> exp.Merge:
+    """The one MERGE that applies a row delta (layout columns + weight) to the stream table."""
+    if layout.kind == "multiset":
+        summed = multiset.summed_rows(layout, delta, target).subquery()
+        ops = multiset.ordinal_ops(layout, summed, stream_table, target).subquery()
+        return multiset.merge(layout, ops, stream_table, target)
+    rows = keyed.consolidated_rows(layout, delta, target).subquery()
+    return keyed.merge(layout, rows, stream_table, target)
+
+
+def _with_materialized(ctes: list[tuple[str, str]], statement: str) -> str:
+    if not ctes:
+        return statement
+    named = ", ".join(f'"{name}" AS MATERIALIZED ({text})' for name, text in ctes)
+    return f"WITH {named} {statement}"
+
+
+def render(
+    plan: Plan,
+    layout: Layout,
+    ctx: Context,
+    stream_table: exp.Table,
+    target: Target,
+) -> str | None:
+    """The MERGE applying the delta of `ctx`'s change sets (None: no change set reaches the table)."""
+    ctes: list[tuple[str, str]] = []
+
+    def compute(text: str) -> exp.Expr:
+        name = f"__ivm_pin_{len(ctes)}"
+        ctes.append((name, text))
+        return exp.table_(name, quoted=True)
+
+    pinned = replace(ctx, pin=memoized_pin(DIALECT, compute), rendered={})
+    delta = stream.row_delta(plan, layout, pinned, stream_table, target)
+    if delta is None:
+        return None
+    return _with_materialized(ctes, apply_statement(layout, delta, stream_table, target).sql(DIALECT))
+
+
+def statements(
+    plan: Plan,
+    layout: Layout,
+    sources: list[TableInfo],
+    stream_table: exp.Table,
+    target: Target,
+    new_context: Callable[[Bindings], Context],
+    pending: Callable[[int], exp.Table],
+) -> Statements:
+    """All the statements of one stream table. `new_context` makes a rendering context for bindings;
+    `pending(i)` names the table holding source i's pending changes."""
+    current = {t.qualified: source_relation(t) for t in sources}
+    by_source: list[dict[str, str | None]] = []
+    for source in sources:
+        events: dict[str, str | None] = {}
+        for event in EVENTS:
+            bindings = Bindings(current=current, delta={source.qualified: transition_changes(source, event)})
+            events[event] = render(plan, layout, new_context(bindings), stream_table, target)
+        by_source.append(events)
+    everything = Bindings(
+        current=current, delta={t.qualified: pending_changes(pending(i), t) for i, t in enumerate(sources)}
+    )
+    combined = render(plan, layout, new_context(everything), stream_table, target)
+    assert combined is not None  # every source changed: some term reaches the table
+    contents = stream.contents(plan, layout, new_context(Bindings(current=current)))
+    full = apply_statement(layout, full_delta(stream_table, layout, contents), stream_table, target)
+    return Statements(by_source, full.sql(DIALECT), combined)

@@ -1,0 +1,394 @@
+"""refresh_mode='immediate': the stream table changes inside the writer's own transaction.
+
+Every check is the multiset oracle, run inside the writing transaction (before COMMIT) and after it:
+every shared query shape under random DML, every write shape (COPY, MERGE, upserts, writable CTEs
+over two sources, FK cascades, triggers on sources writing other sources, TRUNCATE, savepoints),
+writers without rights on the stream table, concurrent writers (the join-halves anomaly, REPEATABLE
+READ, random DML from threads), and maintenance that cannot run never failing the write.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg2
+import psycopg2.errors
+import pytest
+
+from tests.oracle import assert_matches_query, differences
+from tests.postgres.streams import SCHEMA, connect, execute, refresh, rows, value
+from tests.shapes import Workload, create_statements, streams
+
+pytestmark = pytest.mark.postgres
+
+SEED = int(os.environ.get("DBT_IVM_SHAPES_SEED", "20250101"))
+SHAPES = streams(SCHEMA)
+CUSTOMER_TOTALS = "SELECT customer_id, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY customer_id"
+ORDER_DETAILS = "SELECT o.id, o.amount, c.name FROM orders o JOIN customers c ON o.customer_id = c.id"
+KEYLESS = "SELECT o.amount, c.name FROM orders o LEFT JOIN customers c ON o.customer_id = c.id"
+STREAMS = {"customer_totals": CUSTOMER_TOTALS, "order_details": ORDER_DETAILS, "keyless_names": KEYLESS}
+
+
+def _immediate(conn: Any, name: str, sql: str) -> None:
+    result = refresh(conn, name, sql, refresh_mode="immediate")
+    assert result.action in ("CREATE", "REBUILD"), result.summary()
+
+
+def _check_all(conn: Any, streams_: dict[str, str], context: str) -> None:
+    for name, sql in streams_.items():
+        assert_matches_query(conn, SCHEMA, name, sql, context)
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_shape_is_maintained_inside_the_writers_transaction(pg_dsn: str, name: str) -> None:
+    sql = SHAPES[name]
+    rng = random.Random(f"{SEED}:immediate:{name}")
+    conn = connect(pg_dsn)
+    try:
+        for statement in create_statements(SCHEMA, "postgres"):
+            execute(conn, statement)
+        workload = Workload(SCHEMA, rng)
+        for statement in workload.seed():
+            execute(conn, statement)
+        _immediate(conn, name, sql)
+        context = f"{name}, seed {SEED} (DBT_IVM_SHAPES_SEED)"
+        for cycle in range(4):
+            saved = copy.deepcopy(workload, {id(rng): rng})  # its model of the tables, for a rollback
+            batch = workload.batch(4)
+            execute(conn, "BEGIN")
+            for statement in batch:
+                execute(conn, statement)
+                assert_matches_query(
+                    conn, SCHEMA, name, sql, f"{context}, cycle {cycle}, before COMMIT: {statement}"
+                )
+            if cycle == 2:
+                execute(conn, "ROLLBACK")
+                workload = saved
+            else:
+                execute(conn, "COMMIT")
+            assert_matches_query(conn, SCHEMA, name, sql, f"{context}, cycle {cycle}, after: {batch}")
+        again = refresh(conn, name, sql, refresh_mode="immediate")
+        assert again.action == "SKIP", f"{context}: {again.summary()}"
+    finally:
+        conn.close()
+
+
+def _orders_and_customers(conn: Any) -> None:
+    execute(
+        conn,
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int REFERENCES customers ON DELETE CASCADE, "
+        "amount numeric(12,2));"
+        "INSERT INTO customers SELECT i, 'c' || i FROM generate_series(1, 10) i;"
+        "INSERT INTO orders SELECT i, i % 10 + 1, i FROM generate_series(1, 50) i;",
+    )
+    for name, sql in STREAMS.items():
+        _immediate(conn, name, sql)
+
+
+WRITE_SHAPES = [
+    "INSERT INTO orders VALUES (100, 1, 5), (101, 2, NULL)",
+    "UPDATE orders SET amount = amount + 1 WHERE id < 20",
+    "UPDATE orders SET id = id + 1000, customer_id = 3 WHERE id BETWEEN 20 AND 22",  # key changes
+    "UPDATE orders SET amount = amount WHERE id < 5",  # changes nothing
+    "UPDATE orders SET amount = 1 WHERE false",  # touches nothing
+    "DELETE FROM orders WHERE id > 45",
+    "UPDATE customers SET name = name || '!' WHERE id < 4",
+    # one statement, two sources of one join
+    "WITH c AS (INSERT INTO customers VALUES (11, 'new') RETURNING id) INSERT INTO orders SELECT 200, id, 9 FROM c",
+    "WITH o AS (UPDATE orders SET amount = 7 WHERE customer_id = 2 RETURNING id) "
+    "UPDATE customers SET name = 'two' WHERE id = 2",
+    "INSERT INTO orders VALUES (100, 2, 6) ON CONFLICT (id) DO UPDATE SET amount = excluded.amount, "
+    "customer_id = excluded.customer_id",
+    "INSERT INTO orders VALUES (300, 2, 6) ON CONFLICT (id) DO NOTHING",
+    "MERGE INTO orders o USING (VALUES (1, 3, 1.5), (400, 4, 2.5)) v(id, c, a) ON o.id = v.id "
+    "WHEN MATCHED THEN UPDATE SET amount = v.a WHEN NOT MATCHED THEN INSERT VALUES (v.id, v.c, v.a)",
+    "DELETE FROM customers WHERE id = 5",  # cascades into orders
+    "TRUNCATE orders",
+    "INSERT INTO orders SELECT i, i % 4 + 1, i FROM generate_series(1, 30) i",
+    "TRUNCATE orders, customers",
+]
+
+
+def test_every_write_shape(pg_conn: Any) -> None:
+    _orders_and_customers(pg_conn)
+    for statement in WRITE_SHAPES:
+        execute(pg_conn, "BEGIN")
+        execute(pg_conn, statement)
+        _check_all(pg_conn, STREAMS, f"before COMMIT: {statement}")
+        execute(pg_conn, "COMMIT")
+        _check_all(pg_conn, STREAMS, statement)
+    with pg_conn.cursor() as cur:
+        cur.copy_expert("COPY customers FROM STDIN", _lines(["1\tone", "2\ttwo"]))
+        cur.copy_expert("COPY orders FROM STDIN", _lines(["1\t1\t10.00", "2\t2\t\\N", "3\t2\t3.00"]))
+    _check_all(pg_conn, STREAMS, "COPY")
+
+
+def _lines(lines: list[str]) -> Any:
+    return io.StringIO("\n".join(lines) + "\n")
+
+
+def test_savepoints_and_one_row_changed_many_times(pg_conn: Any) -> None:
+    _orders_and_customers(pg_conn)
+    before = {name: rows(pg_conn, f"SELECT * FROM {name} ORDER BY 1, 2") for name in STREAMS}
+    execute(pg_conn, "BEGIN")
+    for amount in range(20):
+        execute(pg_conn, f"UPDATE orders SET amount = {amount}, customer_id = {amount % 3 + 1} WHERE id = 7")
+    execute(pg_conn, "SAVEPOINT s")
+    execute(pg_conn, "DELETE FROM orders WHERE id < 30")
+    execute(pg_conn, "TRUNCATE customers CASCADE")
+    _check_all(pg_conn, STREAMS, "after TRUNCATE, before ROLLBACK TO SAVEPOINT")
+    execute(pg_conn, "ROLLBACK TO SAVEPOINT s")
+    _check_all(pg_conn, STREAMS, "rolled back to the savepoint")
+    execute(pg_conn, "INSERT INTO orders VALUES (500, 1, 1)")
+    _check_all(pg_conn, STREAMS, "after the savepoint")
+    execute(pg_conn, "ROLLBACK")
+    after = {name: rows(pg_conn, f"SELECT * FROM {name} ORDER BY 1, 2") for name in STREAMS}
+    assert after == before, "a rolled-back transaction left the stream tables changed"
+
+
+def test_a_trigger_on_one_source_writes_the_other(pg_conn: Any) -> None:
+    """The nested statement's changes are kept until the outer statement's last trigger applies both."""
+    _orders_and_customers(pg_conn)
+    execute(
+        pg_conn,
+        "CREATE FUNCTION add_customer() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "INSERT INTO customers VALUES (NEW.customer_id, 'auto ' || NEW.customer_id) ON CONFLICT DO NOTHING; "
+        "RETURN NEW; END $$;"
+        "CREATE TRIGGER a_add BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION add_customer();"
+        "CREATE FUNCTION rename() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "UPDATE customers SET name = name || '*' WHERE id = NEW.customer_id; RETURN NULL; END $$;"
+        "CREATE TRIGGER z_rename AFTER UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION rename();",
+    )
+    for statement in (
+        "INSERT INTO orders VALUES (600, 60, 1), (601, 61, 2), (602, 60, 3)",
+        "UPDATE orders SET amount = amount + 1 WHERE customer_id IN (60, 1)",
+    ):
+        execute(pg_conn, "BEGIN")
+        execute(pg_conn, statement)
+        _check_all(pg_conn, STREAMS, f"before COMMIT: {statement}")
+        execute(pg_conn, "COMMIT")
+        _check_all(pg_conn, STREAMS, statement)
+
+
+def test_writer_without_rights_on_the_stream_table(pg_conn: Any, pg_dsn: str) -> None:
+    _orders_and_customers(pg_conn)
+    execute(
+        pg_conn,
+        "CREATE ROLE clerk LOGIN; GRANT INSERT, UPDATE, DELETE, SELECT ON orders TO clerk;"
+        "CREATE SCHEMA clerk_things AUTHORIZATION clerk;",
+    )
+    clerk = connect(pg_dsn.replace("user=postgres", "user=clerk"))
+    try:
+        # A function named like what the maintenance calls, where the clerk's search_path finds it first.
+        execute(clerk, "SET search_path = clerk_things, public")
+        execute(
+            clerk,
+            "CREATE FUNCTION clerk_things.hash_record_extended(anyelement, bigint) RETURNS bigint "
+            "LANGUAGE sql AS 'SELECT 0::bigint'",
+        )
+        execute(clerk, "INSERT INTO public.orders VALUES (700, 1, 70)")
+        execute(clerk, "UPDATE public.orders SET amount = 0 WHERE id = 1")
+        execute(clerk, "DELETE FROM public.orders WHERE id = 2")
+        with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+            execute(clerk, "SELECT * FROM public.customer_totals")
+    finally:
+        clerk.close()
+    _check_all(pg_conn, STREAMS, "written by a role with no rights on the stream tables")
+
+
+def _blocked(conn: Any, pid: int) -> bool:
+    return bool(value(conn, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)))
+
+
+def _wait_blocked(conn: Any, pid: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 20
+    while not _blocked(conn, pid):
+        assert time.monotonic() < deadline, "the second writer never waited for the first"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("first", ["customer", "order"])
+def test_two_transactions_insert_the_two_halves_of_a_join(pg_conn: Any, pg_dsn: str, first: str) -> None:
+    _orders_and_customers(pg_conn)
+    writes = {
+        "customer": "INSERT INTO customers VALUES (99, 'late')",
+        "order": "INSERT INTO orders VALUES (999, 99, 9.99)",
+    }
+    second = "order" if first == "customer" else "customer"
+    execute(pg_conn, "ALTER TABLE orders DROP CONSTRAINT orders_customer_id_fkey")  # halves in any order
+    one, two = connect(pg_dsn), connect(pg_dsn)
+    try:
+        execute(one, "BEGIN")
+        execute(one, writes[first])
+        execute(two, "BEGIN")
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(execute, two, writes[second])
+            _wait_blocked(pg_conn, two.get_backend_pid())
+            execute(one, "COMMIT")
+            pending.result(timeout=30)
+        execute(two, "COMMIT")
+    finally:
+        one.close()
+        two.close()
+    _check_all(pg_conn, STREAMS, f"{first} committed first, then the other half")
+    assert value(pg_conn, "SELECT count(*) FROM order_details WHERE id = 999") == 1
+
+
+def test_repeatable_read_writer_gets_a_serialization_error_never_a_wrong_table(
+    pg_conn: Any, pg_dsn: str
+) -> None:
+    _orders_and_customers(pg_conn)
+    execute(pg_conn, "ALTER TABLE orders DROP CONSTRAINT orders_customer_id_fkey")
+    writer = connect(pg_dsn)
+    try:
+        execute(writer, "BEGIN ISOLATION LEVEL REPEATABLE READ")
+        execute(writer, "SELECT count(*) FROM orders")  # its snapshot
+        execute(pg_conn, "INSERT INTO customers VALUES (88, 'committed meanwhile')")
+        with pytest.raises(psycopg2.errors.SerializationFailure):
+            execute(writer, "INSERT INTO orders VALUES (888, 88, 8)")
+        execute(writer, "ROLLBACK")
+        execute(writer, "BEGIN ISOLATION LEVEL REPEATABLE READ")
+        execute(writer, "INSERT INTO orders VALUES (888, 88, 8)")  # the retry sees the customer
+        _check_all(writer, STREAMS, "REPEATABLE READ retry, before COMMIT")
+        execute(writer, "COMMIT")
+    finally:
+        writer.close()
+    _check_all(pg_conn, STREAMS, "after the REPEATABLE READ retry")
+
+
+RETRIED = (psycopg2.errors.SerializationFailure, psycopg2.errors.DeadlockDetected)
+
+
+@pytest.mark.parametrize("isolation", ["READ COMMITTED", "REPEATABLE READ"])
+def test_concurrent_random_writers(pg_conn: Any, pg_dsn: str, isolation: str) -> None:
+    _orders_and_customers(pg_conn)
+    execute(pg_conn, "ALTER TABLE orders DROP CONSTRAINT orders_customer_id_fkey")
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def writer(number: int) -> int:
+        rng = random.Random(f"{SEED}:writer:{number}")
+        conn = connect(pg_dsn)
+        committed = 0
+        try:
+            for _ in range(25):
+                statements = [_random_write(rng) for _ in range(rng.randint(1, 3))]
+                try:
+                    execute(conn, f"BEGIN ISOLATION LEVEL {isolation}")
+                    for statement in statements:
+                        execute(conn, statement)
+                    execute(conn, "COMMIT")
+                    committed += 1
+                except RETRIED:
+                    execute(conn, "ROLLBACK")
+                except Exception as error:  # reported below with its statements
+                    execute(conn, "ROLLBACK")
+                    with lock:
+                        failures.append(f"{statements}: {error}")
+        finally:
+            conn.close()
+        return committed
+
+    with ThreadPoolExecutor(4) as pool:
+        committed = sum(pool.map(writer, range(4)))
+    assert not failures, failures
+    assert committed > 20, f"only {committed} transactions committed"
+    _check_all(pg_conn, STREAMS, f"4 concurrent writers, {isolation}, seed {SEED}")
+
+
+def _random_write(rng: random.Random) -> str:
+    order, customer = rng.randint(1, 80), rng.randint(1, 14)
+    return rng.choice(
+        [
+            f"INSERT INTO orders VALUES ({order}, {customer}, {rng.randint(1, 99)}) ON CONFLICT (id) DO UPDATE "
+            "SET amount = excluded.amount, customer_id = excluded.customer_id",
+            f"UPDATE orders SET amount = amount + 1 WHERE id = {order}",
+            f"DELETE FROM orders WHERE id = {order}",
+            f"INSERT INTO customers VALUES ({customer}, 'n{customer}') ON CONFLICT (id) DO UPDATE SET name = 'u{customer}'",
+            f"DELETE FROM customers WHERE id = {customer}",
+        ]
+    )
+
+
+def test_maintenance_that_fails_never_fails_the_write(pg_conn: Any) -> None:
+    _orders_and_customers(pg_conn)
+    execute(pg_conn, "ALTER TABLE orders ALTER COLUMN amount TYPE text")
+    pg_conn.notices.clear()
+    execute(pg_conn, "INSERT INTO orders VALUES (900, 1, 'nine')")  # SUM(text) cannot run: still written
+    assert value(pg_conn, "SELECT count(*) FROM orders WHERE id = 900") == 1
+    assert any("was not maintained" in n and "customer_totals" in n for n in pg_conn.notices), pg_conn.notices
+    reason = value(
+        pg_conn, "SELECT needs_full FROM dbt_ivm.stream_tables WHERE stream_table = 'public.customer_totals'"
+    )
+    assert reason is not None and "immediate maintenance failed" in reason
+    # Back to numbers, rewritten: no trigger fires, the other two stream tables are stale too.
+    execute(pg_conn, "ALTER TABLE orders ALTER COLUMN amount TYPE numeric(12,2) USING length(amount)")
+    for name, sql in STREAMS.items():
+        result = refresh(pg_conn, name, sql, refresh_mode="immediate")
+        assert result.action == "REBUILD", result.summary()
+    _check_all(pg_conn, STREAMS, "rebuilt after a failed maintenance")
+    execute(pg_conn, "INSERT INTO orders VALUES (901, 1, 1)")
+    _check_all(pg_conn, STREAMS, "maintained again")
+
+
+def test_switching_modes_rebuilds_and_moves_the_triggers(pg_conn: Any) -> None:
+    _orders_and_customers(pg_conn)
+    ours = "SELECT count(*) FROM pg_trigger WHERE tgname LIKE '\\_\\_ivm\\_immediate\\_%'"
+    assert value(pg_conn, ours) > 0
+    for mode in ("differential", "immediate", "auto"):
+        execute(pg_conn, "INSERT INTO orders SELECT max(id) + 1, 1, 1 FROM orders")
+        for name, sql in STREAMS.items():
+            result = refresh(pg_conn, name, sql, refresh_mode=mode)
+            assert result.action == "REBUILD" and "refresh_mode changed" in (result.reason or ""), (
+                result.summary()
+            )
+        _check_all(pg_conn, STREAMS, f"switched to {mode}")
+        execute(pg_conn, "UPDATE orders SET amount = amount * 2 WHERE id % 3 = 0")
+        if mode != "immediate":
+            for name, sql in STREAMS.items():
+                assert refresh(pg_conn, name, sql, refresh_mode=mode).action == "DIFFERENTIAL"
+        _check_all(pg_conn, STREAMS, f"maintained as {mode}")
+    assert value(pg_conn, ours) == 0
+
+
+def test_a_dropped_stream_table_stops_being_maintained(pg_conn: Any) -> None:
+    _orders_and_customers(pg_conn)
+    execute(pg_conn, "DROP TABLE customer_totals")
+    pg_conn.notices.clear()
+    execute(pg_conn, "INSERT INTO orders VALUES (950, 1, 1)")  # its trigger finds no table: silent
+    assert not [n for n in pg_conn.notices if "customer_totals" in n], pg_conn.notices
+    refresh(pg_conn, "order_details", ORDER_DETAILS, refresh_mode="immediate")  # forgets what is gone
+    function = value(
+        pg_conn,
+        "SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid WHERE p.proname = %s",
+        ("immediate_" + _tag("public.customer_totals"),),
+    )
+    assert function == 0
+    _check_all(pg_conn, {k: v for k, v in STREAMS.items() if k != "customer_totals"}, "after the drop")
+
+
+def _tag(stream_table: str) -> str:
+    from dbt_ivm.postgres.immediate import tag_of
+
+    return tag_of(stream_table)
+
+
+def test_disabled_triggers_are_detected_and_rebuilt(pg_conn: Any) -> None:
+    _orders_and_customers(pg_conn)
+    trigger = f"__ivm_immediate_{_tag('public.order_details')}_ins"
+    execute(pg_conn, f'ALTER TABLE orders DISABLE TRIGGER "{trigger}"')
+    execute(pg_conn, "INSERT INTO orders VALUES (960, 1, 1)")
+    stale, _ = differences(pg_conn, SCHEMA, "order_details", ORDER_DETAILS)
+    assert not stale  # the row is missing, not extra
+    result = refresh(pg_conn, "order_details", ORDER_DETAILS, refresh_mode="immediate")
+    assert result.action == "REBUILD" and "disabled" in (result.reason or ""), result.summary()
+    _check_all(pg_conn, STREAMS, "rebuilt after its trigger was disabled")
