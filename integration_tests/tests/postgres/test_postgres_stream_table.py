@@ -406,3 +406,42 @@ class TestStreamTablesSharingASource:
         assert differences(project, "customer_totals", customer_totals_query(project)) == 0
         copy_query = 'select id, customer_id, amount from "{schema}"."orders"'
         assert differences(project, "orders_copy", copy_query.format(schema=project.test_schema)) == 0
+
+
+class TestImmediateStreamTable:
+    """refresh_mode='immediate' through dbt: the writer's own transaction sees the change; a later
+    `dbt run` only checks the installed maintenance (SKIP); a query it cannot maintain fails compile."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        config = "{{ config(materialized='stream_table', refresh_mode='immediate') }}\n"
+        return {
+            "customer_totals.sql": CUSTOMER_TOTALS_SQL.replace(
+                "{{ config(materialized='stream_table') }}", config.strip()
+            ),
+            "top_orders.sql": config + "select id, amount from {{ ref('orders') }} limit 2\n",
+        }
+
+    def test_maintained_in_the_writers_transaction(self, project: Any) -> None:
+        run_dbt(["seed"])
+        with pytest.raises(Exception, match="LIMIT"):
+            run_dbt(["compile", "--select", "top_orders"])
+        created = only_result(run_dbt(["run", "--select", "customer_totals"]))
+        assert created.status == "success" and created.message.startswith("CREATE")
+        orders = f'"{project.test_schema}"."orders"'
+        totals = f'"{project.test_schema}"."customer_totals"'
+        # One transaction: the insert and the read of the stream table, then a rollback.
+        seen = project.run_sql(
+            f"begin; insert into {orders} values (4, 2, 5); select total from {totals} where customer_id = 2",
+            fetch="one",
+        )
+        project.run_sql("rollback")
+        assert float(seen[0]) == 35
+        project.run_sql(f"insert into {orders} values (5, 3, 7); delete from {orders} where id = 1")
+        assert differences(project, "customer_totals", customer_totals_query(project)) == 0
+        again = only_result(run_dbt(["run", "--select", "customer_totals"]))
+        assert again.message.startswith("SKIP"), again.message

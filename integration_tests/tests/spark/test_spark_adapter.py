@@ -157,3 +157,18 @@ class TestDifferentialIsJudgedAtCompile:
             run_dbt(["compile", "--select", "top_people"])
         assert "top_people" in str(refused.value)
         run_dbt(["compile", "--select", "people_kept"])
+
+
+class TestImmediateIsRefusedAtCompile:
+    """Spark has no triggers: refresh_mode='immediate' fails `dbt compile`, saying so."""
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {
+            "right_now.sql": "{{ config(materialized='stream_table', refresh_mode='immediate') }} select 1 as id",
+        }
+
+    def test_compile_fails_naming_the_reason(self, project: Any) -> None:
+        with pytest.raises(Exception, match="no triggers") as refused:
+            run_dbt(["compile", "--select", "right_now"])
+        assert "right_now" in str(refused.value) and "refresh_mode='immediate'" in str(refused.value)
