@@ -83,8 +83,9 @@ def load(conn: Any, orders: int, customers: int) -> None:
             f"INSERT INTO customers SELECT i, 'customer ' || i FROM generate_series(0, {customers - 1}) i;"
             f"INSERT INTO orders SELECT i, i % {customers}, (i % 1000) / 10.0 FROM generate_series(1, {orders}) i;"
             f"CREATE SEQUENCE ids START {orders + 1};"
-            "VACUUM ANALYZE customers; VACUUM ANALYZE orders;"
         )
+        cur.execute("VACUUM ANALYZE customers")
+        cur.execute("VACUUM ANALYZE orders")
 
 
 def pgbench(

@@ -128,6 +128,9 @@ def test_every_write_shape(pg_conn: Any) -> None:
         cur.copy_expert("COPY customers FROM STDIN", _lines(["1\tone", "2\ttwo"]))
         cur.copy_expert("COPY orders FROM STDIN", _lines(["1\t1\t10.00", "2\t2\t\\N", "3\t2\t3.00"]))
     _check_all(pg_conn, STREAMS, "COPY")
+    for name, sql in STREAMS.items():  # the TRUNCATEs were recomputed for: nothing to rebuild
+        result = refresh(pg_conn, name, sql, refresh_mode="immediate")
+        assert result.action == "SKIP", result.summary()
 
 
 def _lines(lines: list[str]) -> Any:
@@ -193,6 +196,16 @@ def test_writer_without_rights_on_the_stream_table(pg_conn: Any, pg_dsn: str) ->
             "CREATE FUNCTION clerk_things.hash_record_extended(anyelement, bigint) RETURNS bigint "
             "LANGUAGE sql AS 'SELECT 0::bigint'",
         )
+        # A table under the name of the orders' pending rows, first, in the clerk's own session.
+        pending = _pending_name(pg_conn, "public.customer_totals", 0)
+        execute(
+            clerk,
+            f'CREATE TEMP TABLE "{pending}" ("__ivm_weight" smallint, id int, customer_id int, amount numeric)',
+        )
+        execute(
+            clerk, "INSERT INTO public.orders VALUES (3, 1, 3) ON CONFLICT (id) DO UPDATE SET amount = 33"
+        )
+        assert value(clerk, f'SELECT count(*) FROM pg_temp."{pending}"') == 0  # never written by us
         execute(clerk, "INSERT INTO public.orders VALUES (700, 1, 70)")
         execute(clerk, "UPDATE public.orders SET amount = 0 WHERE id = 1")
         execute(clerk, "DELETE FROM public.orders WHERE id = 2")
@@ -376,6 +389,20 @@ def test_a_dropped_stream_table_stops_being_maintained(pg_conn: Any) -> None:
     _check_all(pg_conn, {k: v for k, v in STREAMS.items() if k != "customer_totals"}, "after the drop")
 
 
+def _pending_name(conn: Any, stream_table: str, index: int) -> str:
+    from dbt_ivm.catalog import Column, TableInfo
+    from dbt_ivm.postgres.immediate import pending_table
+
+    columns = rows(
+        conn,
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'orders'::regclass "
+        "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+    )
+    return pending_table(
+        stream_table, index, TableInfo("public", "orders", tuple(Column(n, t) for n, t in columns))
+    )
+
+
 def _tag(stream_table: str) -> str:
     from dbt_ivm.postgres.immediate import tag_of
 
@@ -387,6 +414,7 @@ def test_disabled_triggers_are_detected_and_rebuilt(pg_conn: Any) -> None:
     trigger = f"__ivm_immediate_{_tag('public.order_details')}_ins"
     execute(pg_conn, f'ALTER TABLE orders DISABLE TRIGGER "{trigger}"')
     execute(pg_conn, "INSERT INTO orders VALUES (960, 1, 1)")
+    execute(pg_conn, f'ALTER TABLE orders ENABLE ALWAYS TRIGGER "{trigger}"')  # as if nothing happened
     stale, _ = differences(pg_conn, SCHEMA, "order_details", ORDER_DETAILS)
     assert not stale  # the row is missing, not extra
     result = refresh(pg_conn, "order_details", ORDER_DETAILS, refresh_mode="immediate")

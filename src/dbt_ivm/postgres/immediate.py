@@ -64,8 +64,11 @@ def function_name(stream_table: str) -> str:
     return f"immediate_{tag_of(stream_table)}"
 
 
-def pending_table(stream_table: str, index: int) -> str:
-    return f"__ivm_pending_{tag_of(stream_table)}_{index}"
+def pending_table(stream_table: str, index: int, source: TableInfo) -> str:
+    """The session's temp table of source `index`'s pending rows. Its name carries the source's column
+    types: a pooled session that kept one from before a column changed type never reuses it."""
+    types = hashlib.sha256(repr([(c.name, c.type) for c in source.columns]).encode()).hexdigest()[:8]
+    return f"__ivm_pending_{tag_of(stream_table)}_{index}_{types}"
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ def _under_way(settings: Settings) -> str:
 
 def _stash(catalog: str, stream_table: str, index: int, source: TableInfo) -> str:
     """Keep this statement's rows in the source's pending table (created once per session)."""
-    table = f"pg_temp.{q(pending_table(stream_table, index))}"
+    table = f"pg_temp.{q(pending_table(stream_table, index, source))}"
     names = ", ".join(q(c) for c in internal_columns(source))
     copies = {
         "INSERT": [(1, NEW_ROWS)],
@@ -116,18 +119,28 @@ def _stash(catalog: str, stream_table: str, index: int, source: TableInfo) -> st
 
 
 def _create_pending(stream_table: str, sources: list[TableInfo]) -> str:
+    """Create the pending tables once per session, and make sure they are ours: a writer could have
+    created one under that name first (then its DEFAULTs or triggers would run with our rights)."""
     statements = []
     for index, source in enumerate(sources):
         columns = "".join(
             f", {q(n)} {c.type}" for n, c in zip(internal_columns(source), source.columns, strict=True)
         )
-        name = q(pending_table(stream_table, index))
-        statements.append(f"CREATE TEMP TABLE IF NOT EXISTS {name} ({q(WEIGHT)} smallint NOT NULL{columns});")
+        name = q(pending_table(stream_table, index, source))
+        found = f"pg_catalog.to_regclass({lit('pg_temp.' + name)})"
+        statements.append(
+            f"IF {found} IS NULL THEN CREATE TEMP TABLE {name} ({q(WEIGHT)} smallint NOT NULL{columns}); END IF; "
+            f"IF (SELECT c.relowner <> r.oid OR c.relhastriggers OR c.relhasrules FROM pg_catalog.pg_class c, "
+            f"pg_catalog.pg_roles r WHERE c.oid = {found} AND r.rolname = current_user) THEN "
+            f"RAISE EXCEPTION 'dbt-ivm: % is not dbt-ivm''s own', {lit(name)}; END IF;"
+        )
     return " ".join(statements)
 
 
 def _clear_pending(stream_table: str, sources: list[TableInfo]) -> str:
-    return " ".join(f"DELETE FROM pg_temp.{q(pending_table(stream_table, i))};" for i in range(len(sources)))
+    return " ".join(
+        f"DELETE FROM pg_temp.{q(pending_table(stream_table, i, t))};" for i, t in enumerate(sources)
+    )
 
 
 def _by_source(statements: Statements, sources: list[TableInfo]) -> str:
@@ -186,9 +199,13 @@ BEGIN
   ELSIF {EMPTY} THEN
     NULL;
   ELSIF {_under_way(s)} > 0 OR {_setting(s.pending)} = 'on' THEN
-    {_create_pending(stream_table, sources)}
-    {stash}END IF;
-    {_set(s.pending, "'on'")}
+    BEGIN
+      {_create_pending(stream_table, sources)}
+      {stash}END IF;
+      {_set(s.pending, "'on'")}
+    EXCEPTION WHEN {" OR ".join(PASSED_ON)} THEN RAISE;
+    WHEN OTHERS THEN {_set(s.full, "'on'")}  -- recompute instead, at the end of the statement
+    END;
   ELSIF {_setting(s.full)} <> 'on' THEN
     UPDATE {state} SET writes = writes + 1 WHERE stream_table = {lit(stream_table)};
     BEGIN
@@ -205,6 +222,8 @@ BEGIN
   BEGIN
     IF {_setting(s.full)} = 'on' THEN
       {statements.full};
+      -- A TRUNCATE gave the source new storage: this recompute accounts for it.
+      UPDATE {state} SET storage = ({storage_sql(stream_table, sources)}) WHERE stream_table = {lit(stream_table)};
     ELSE
       EXECUTE {lit(statements.combined)};
     END IF;
@@ -222,24 +241,34 @@ END
     tag = next(t for t in (f"$ivm{n}$" for n in range(len(body) + 1)) if t not in body)
     return (
         f"CREATE OR REPLACE FUNCTION {qn(catalog, function_name(stream_table))}() RETURNS trigger "
-        f"LANGUAGE plpgsql SECURITY DEFINER SET search_path = {search_path} AS {tag}\n{body}{tag}"
+        f"LANGUAGE plpgsql SECURITY DEFINER SET search_path = {search_path} "
+        f"SET standard_conforming_strings = on AS {tag}\n{body}{tag}"
     )
 
 
-def storage(db: Db, sources: list[TableInfo]) -> list[object]:
-    """Where every table of every source's tree keeps its rows (relfilenode): a statement that rewrites
-    a table, possibly changing its values, fires no trigger but changes this."""
-    found: list[object] = []
-    for source in sources:
-        found.append(
-            db.value(
-                TREE_SQL
-                + "SELECT COALESCE(jsonb_agg(jsonb_build_array(c.oid::bigint, c.relfilenode::bigint) "
-                "ORDER BY c.oid), '[]') FROM tree JOIN pg_class c ON c.oid = tree.relid",
-                {"source": source.identity},
-            )
-        )
-    return found
+def storage_sql(stream_table: str, sources: list[TableInfo]) -> str:
+    """Where every table of every source's tree keeps its rows (relfilenode: a statement that rewrites
+    a table, possibly changing its values, fires no trigger but changes it), and our triggers' rows
+    (disabling one and enabling it again rewrites its row: writes in between went unmaintained), as
+    one JSON array. The function stores it anew after a TRUNCATE it recomputed for."""
+    ours = lit(f"{TRIGGER_PREFIX}{tag_of(stream_table)}")
+    parts = [
+        "(WITH RECURSIVE tree(relid) AS (SELECT "
+        f"{lit(source.identity)}::pg_catalog.oid UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i "
+        "JOIN tree ON i.inhparent = tree.relid) SELECT pg_catalog.jsonb_build_array("
+        "(SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(c.oid::bigint, "
+        "c.relfilenode::bigint) ORDER BY c.oid), '[]') FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.relid), "
+        "(SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(t.tgname, t.xmin::text, t.tgenabled) "
+        "ORDER BY t.tgrelid, t.tgname), '[]') FROM pg_catalog.pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
+        f"WHERE pg_catalog.starts_with(t.tgname, {ours}))))"
+        for source in sources
+    ]
+    return f"SELECT pg_catalog.jsonb_build_array({', '.join(parts)})"
+
+
+def storage(db: Db, stream_table: str, sources: list[TableInfo]) -> object:
+    """`storage_sql`'s array now."""
+    return db.value(storage_sql(stream_table, sources).replace("%", "%%"))
 
 
 def digest(function: str) -> str:
@@ -249,8 +278,15 @@ def digest(function: str) -> str:
 
 def search_path(db: Db) -> str:
     """The install session's schemas behind pg_catalog (built-ins cannot be shadowed), then pg_temp:
-    the model's unqualified functions and types resolve as they did when `dbt run` compiled it."""
-    schemas = [str(r[0]) for r in db.rows("SELECT unnest(current_schemas(false))")]
+    the model's unqualified functions and types resolve as they did when `dbt run` compiled it. A
+    schema where every role may create objects is left out (a writer could plant an overload there)."""
+    schemas = [
+        str(r[0])
+        for r in db.rows(
+            "SELECT s FROM unnest(current_schemas(false)) WITH ORDINALITY AS p(s, n) "
+            "WHERE NOT has_schema_privilege('public', s, 'CREATE') ORDER BY n"
+        )
+    ]
     return ", ".join(["pg_catalog", *(q(s) for s in schemas if s != "pg_catalog"), "pg_temp"])
 
 
@@ -290,7 +326,7 @@ def install(db: Db, catalog: str, stream_table: str, sources: list[TableInfo], f
                 db.attempt(f"ALTER TABLE {target} ENABLE ALWAYS TRIGGER {trigger}", INSUFFICIENT_PRIVILEGE)
     db.execute(
         f"INSERT INTO {qn(catalog, STATE_TABLE)} (stream_table, writes, storage, digest) VALUES (%s, 0, %s, %s)",
-        (stream_table, json.dumps(storage(db, sources)), digest(function)),
+        (stream_table, json.dumps(storage(db, stream_table, sources)), digest(function)),
     )
 
 
@@ -312,10 +348,10 @@ def reinstall_reason(
         return "its immediate maintenance is not installed"
     if installed[0] != digest(function):
         return "its immediate maintenance was installed for another query, schema or dbt-ivm version"
-    if installed[1] != storage(db, sources):
+    if installed[1] != storage(db, stream_table, sources):
         return (
             "a source was rewritten without firing triggers (ALTER TABLE … TYPE … USING, VACUUM FULL, "
-            "CLUSTER, or dropped and recreated)"
+            "CLUSTER, or dropped and recreated), or its maintenance triggers were disabled for a while"
         )
     signature = qn(catalog, function_name(stream_table)) + "()"
     for source in sources:

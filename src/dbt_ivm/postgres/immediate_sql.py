@@ -123,10 +123,10 @@ def statements(
     stream_table: exp.Table,
     target: Target,
     new_context: Callable[[Bindings], Context],
-    pending: Callable[[int], exp.Table],
+    pending: Callable[[int, TableInfo], exp.Table],
 ) -> Statements:
     """All the statements of one stream table. `new_context` makes a rendering context for bindings;
-    `pending(i)` names the table holding source i's pending changes."""
+    `pending(i, source)` names the table holding source i's pending changes."""
     current = {t.qualified: source_relation(t) for t in sources}
     by_source: list[dict[str, str | None]] = []
     for source in sources:
@@ -136,7 +136,7 @@ def statements(
             events[event] = render(plan, layout, new_context(bindings), stream_table, target)
         by_source.append(events)
     everything = Bindings(
-        current=current, delta={t.qualified: pending_changes(pending(i), t) for i, t in enumerate(sources)}
+        current=current, delta={t.qualified: pending_changes(pending(i, t), t) for i, t in enumerate(sources)}
     )
     combined = render(plan, layout, new_context(everything), stream_table, target)
     assert combined is not None  # every source changed: some term reaches the table

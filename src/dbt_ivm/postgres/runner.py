@@ -349,6 +349,7 @@ class PostgresBackend:
             result.reason = reason
             result.warnings.extend(user_triggers.dropped_warning(relation, dropped_triggers))
             lifecycle.record(self, result, 0, self.started)
+        registrations.remove_unused(db, spec.catalog_schema)  # capture it had as a differential table
         return result
 
     def _check_immediate(self, sql: str, registered: registry.Registered) -> RefreshResult:
@@ -460,7 +461,7 @@ def _immediate_function(db: Db, spec: StreamTableSpec, compiled: Compiled) -> st
         _table(spec),
         compiled.target,
         lambda bindings: context(compiled, bindings),
-        lambda index: exp.table_(immediate.pending_table(key, index), "pg_temp", quoted=True),
+        lambda index, source: exp.table_(immediate.pending_table(key, index, source), "pg_temp", quoted=True),
     )
     return immediate.function_sql(
         spec.catalog_schema, key, _relation(spec), compiled.sources, statements, immediate.search_path(db)
