@@ -25,6 +25,7 @@ insert orders of their own 2,500 customers. The 10,000-row ``INSERT … SELECT``
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -168,6 +169,12 @@ def run(args: argparse.Namespace) -> str:
     conn.close()
     if not args.keep_server:
         postgres_server.stop(data_dir)
+    Path(args.json).write_text(json.dumps({"results": results, "description": description}, indent=1))
+    log(f"measurements in {args.json}")
+    return finish(results, args, description)
+
+
+def finish(results: dict[str, dict[str, float]], args: argparse.Namespace, description: str) -> str:
     plot(results, Path(args.plot))
     return report(results, args, description)
 
@@ -256,7 +263,16 @@ def main() -> None:
         "--plot", default=str(Path(__file__).resolve().parent.parent / "docs/img/bench_immediate.png")
     )
     parser.add_argument("--keep-server", action="store_true", help="leave the server running afterwards")
-    print(run(parser.parse_args()))
+    parser.add_argument("--json", default="bench_immediate.json", help="where the measurements are written")
+    parser.add_argument(
+        "--from-json", help="table and plot from an earlier run's measurements, measuring nothing"
+    )
+    args = parser.parse_args()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        print(finish(saved["results"], args, saved["description"]))
+        return
+    print(run(args))
 
 
 if __name__ == "__main__":

@@ -337,6 +337,17 @@ def remove(db: Db, catalog: str, stream_table: str) -> None:
         db.execute(f"DELETE FROM {qn(catalog, STATE_TABLE)} WHERE stream_table = %s", (stream_table,))
 
 
+def subscribed(db: Db, source: TableInfo) -> bool:
+    """Does a logical replication subscription write a table of the source's tree?"""
+    return bool(
+        db.value(
+            TREE_SQL
+            + "SELECT EXISTS (SELECT 1 FROM pg_subscription_rel r JOIN tree ON r.srrelid = tree.relid)",
+            {"source": source.identity},
+        )
+    )
+
+
 def reinstall_reason(
     db: Db, catalog: str, stream_table: str, sources: list[TableInfo], function: str
 ) -> str | None:

@@ -361,6 +361,9 @@ class PostgresBackend:
             reason = _mode_change(registered, spec) or _rebuild_reason(compiled, registered)
             if reason is None and registered.needs_full:
                 reason = registered.needs_full
+            subscribed = next((t.qualified for t in compiled.sources if immediate.subscribed(db, t)), None)
+            if reason is None and subscribed is not None:
+                reason = f"a logical replication subscription now writes {subscribed}"
             if reason is None:
                 function = _immediate_function(db, spec, compiled)
                 reason = immediate.reinstall_reason(
@@ -440,6 +443,14 @@ def _mode_change(registered: registry.Registered, spec: StreamTableSpec) -> str 
 def _refuse_for_immediate(db: Db, spec: StreamTableSpec, compiled: Compiled) -> None:
     """What IMMEDIATE maintenance cannot do, refused by name."""
     for source in compiled.sources:
+        if immediate.subscribed(db, source):
+            raise UnsupportedQuery(
+                spec.model,
+                f"refresh_mode='immediate' over {source.qualified}, which a logical replication "
+                "subscription writes (its apply worker fires row triggers only, never the statement "
+                "triggers that maintain the table)",
+                "use refresh_mode='differential' or 'auto'",
+            )
         virtual = capture.virtual_columns(db, source)
         if virtual:
             raise UnsupportedQuery(
