@@ -4,6 +4,7 @@ differential stream table's change capture, with pg_ivm's published figures besi
     python benchmarks/bench_immediate.py                    # 1M orders, 10k customers, 10 s per run
     python benchmarks/bench_immediate.py --seconds 3        # quicker
     python benchmarks/bench_immediate.py --pg-bin /usr/lib/postgresql/15/bin
+    python benchmarks/bench_immediate.py --durable          # fsync and synchronous_commit on
 
 Run by hand; prints a Markdown table (kept in docs/benchmarks.md), draws
 docs/img/bench_immediate.png, and reports progress on stderr.
@@ -137,8 +138,8 @@ def with_streams(conn: Any, mode: str, streams: dict[str, str], action: Callable
 
 
 def run(args: argparse.Namespace) -> str:
-    data_dir = Path(args.data_dir)
-    server = start_server(data_dir, bin_dir=args.pg_bin)
+    data_dir = Path(args.data_dir or f"/tmp/dbt_ivm_bench_immediate{'_durable' if args.durable else ''}")
+    server = start_server(data_dir, bin_dir=args.pg_bin, fast=not args.durable)
     bin_dir = Path(args.pg_bin) if args.pg_bin else postgres_server.embedded_bin_dir()
     conn = fresh_database(server, DATABASE)
     log(f"loading {args.orders} orders, {args.customers} customers")
@@ -258,7 +259,12 @@ def main() -> None:
     parser.add_argument("--customers", type=int, default=10_000)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--pg-bin", default=None, help="another server build's bin directory")
-    parser.add_argument("--data-dir", default="/tmp/dbt_ivm_bench_immediate")
+    parser.add_argument("--data-dir", default=None, help="the cluster's directory (one per --durable)")
+    parser.add_argument(
+        "--durable",
+        action="store_true",
+        help="the server's default durability (fsync, synchronous_commit) instead of the fast settings",
+    )
     parser.add_argument(
         "--plot", default=str(Path(__file__).resolve().parent.parent / "docs/img/bench_immediate.png")
     )

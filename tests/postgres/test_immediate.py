@@ -278,10 +278,80 @@ def test_repeatable_read_writer_gets_a_serialization_error_never_a_wrong_table(
     _check_all(pg_conn, STREAMS, "after the REPEATABLE READ retry")
 
 
+def _stripe(conn: Any, customer: int) -> int:
+    return int(value(conn, "SELECT (hash_record_extended(ROW(%s::int), 0) & 63)::int", (customer,)))
+
+
+def _two_customers_apart(conn: Any) -> tuple[int, int]:
+    """Two customers whose ids hash to different stripes."""
+    first = 1
+    second = next(c for c in range(2, 11) if _stripe(conn, c) != _stripe(conn, first))
+    return first, second
+
+
+@pytest.mark.parametrize(
+    "streams_, apart",
+    [
+        ({"customer_totals": CUSTOMER_TOTALS, "order_details": ORDER_DETAILS}, True),
+        ({"keyless_names": KEYLESS}, True),  # keyed by the hidden primary keys of both sides
+        # two customers may share a name: no value tells the writers of one group apart
+        (
+            {
+                "orders_per_name": "SELECT c.name, COUNT(*) AS n FROM orders o JOIN customers c ON o.customer_id = c.id GROUP BY c.name"
+            },
+            False,
+        ),
+    ],
+    ids=["by-group-and-join-value", "by-join-value", "takes-turns"],
+)
+def test_writers_of_different_groups_go_on_at_once(
+    pg_conn: Any, pg_dsn: str, streams_: dict[str, str], apart: bool
+) -> None:
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric(12,2));"
+        "INSERT INTO customers SELECT i, 'c' || i FROM generate_series(1, 10) i;"
+        "INSERT INTO orders SELECT i, i % 10 + 1, i FROM generate_series(1, 50) i;",
+    )
+    for name, sql in streams_.items():
+        _immediate(pg_conn, name, sql)
+    first, second = _two_customers_apart(pg_conn)
+    one, two, three = connect(pg_dsn), connect(pg_dsn), connect(pg_dsn)
+    try:
+        execute(one, "BEGIN")
+        execute(one, f"INSERT INTO orders VALUES (901, {first}, 1)")
+        execute(two, "BEGIN")
+        execute(three, "BEGIN")
+        with ThreadPoolExecutor(2) as pool:
+            other = pool.submit(execute, two, f"INSERT INTO orders VALUES (902, {second}, 2)")
+            if apart:
+                other.result(timeout=30)  # another customer: never waits for the first writer
+                assert not _blocked(pg_conn, two.get_backend_pid())
+            else:
+                _wait_blocked(pg_conn, two.get_backend_pid())
+            same = pool.submit(execute, three, f"UPDATE customers SET name = 'renamed' WHERE id = {first}")
+            _wait_blocked(pg_conn, three.get_backend_pid())  # the first writer's customer: waits
+            execute(one, "COMMIT")
+            other.result(timeout=30)
+            if not apart:
+                _wait_blocked(pg_conn, three.get_backend_pid())  # now behind the second writer
+                execute(two, "COMMIT")
+            same.result(timeout=30)
+        _check_all(three, streams_, "third writer, before COMMIT")
+        if apart:
+            execute(two, "COMMIT")
+        execute(three, "COMMIT")
+    finally:
+        for conn in (one, two, three):
+            conn.close()
+    _check_all(pg_conn, streams_, "three writers, two of them on one customer")
+
+
 RETRIED = (psycopg2.errors.SerializationFailure, psycopg2.errors.DeadlockDetected)
 
 
-@pytest.mark.parametrize("isolation", ["READ COMMITTED", "REPEATABLE READ"])
+@pytest.mark.parametrize("isolation", ["READ COMMITTED", "REPEATABLE READ", "mixed"])
 def test_concurrent_random_writers(pg_conn: Any, pg_dsn: str, isolation: str) -> None:
     _orders_and_customers(pg_conn)
     execute(pg_conn, "ALTER TABLE orders DROP CONSTRAINT orders_customer_id_fkey")
@@ -290,13 +360,14 @@ def test_concurrent_random_writers(pg_conn: Any, pg_dsn: str, isolation: str) ->
 
     def writer(number: int) -> int:
         rng = random.Random(f"{SEED}:writer:{number}")
+        level = isolation if isolation != "mixed" else ("READ COMMITTED", "REPEATABLE READ")[number % 2]
         conn = connect(pg_dsn)
         committed = 0
         try:
             for _ in range(25):
                 statements = [_random_write(rng) for _ in range(rng.randint(1, 3))]
                 try:
-                    execute(conn, f"BEGIN ISOLATION LEVEL {isolation}")
+                    execute(conn, f"BEGIN ISOLATION LEVEL {level}")
                     for statement in statements:
                         execute(conn, statement)
                     execute(conn, "COMMIT")

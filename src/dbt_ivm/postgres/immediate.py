@@ -7,15 +7,20 @@ Following one row: ``INSERT INTO orders VALUES (7, 'alice', 20.00)`` with ``cust
 1. the BEFORE STATEMENT trigger counts one statement under way for the stream table (a transaction-
    local setting, so a rolled-back savepoint or statement takes its count back with it);
 2. the AFTER INSERT STATEMENT trigger counts it done. None is left under way, so it applies its own
-   transition table now: it first updates the stream table's row in ``immediate_state`` — writers of
-   one stream table take turns there, and under READ COMMITTED each statement after it sees what the
-   writer before committed — then runs the INSERT MERGE: alice's group gains 20.00 and one order;
+   transition table now: it first takes its turn on the stripe alice's name hashes to (a row of
+   ``immediate_turns``, locked until commit; writers of other customers hold other stripes and go
+   on at once, and under READ COMMITTED the statement after it sees what the writer before it on
+   that stripe committed), then runs the INSERT MERGE: alice's group gains 20.00 and one order;
 3. the writer's next SELECT, in the same transaction, sees the new total. A ROLLBACK takes it away.
 
-Writers take turns per stream table, so the classic anomaly of two transactions inserting the two
-halves of a join cannot lose the joined row: the second one's delta reads the first one's committed
-half. Under REPEATABLE READ or SERIALIZABLE, a writer whose snapshot predates another writer's
-commit gets PostgreSQL's serialization error on that row (retry) and never a wrong stream table.
+What a write conflicts on is decided at `dbt run` (`immediate_keys`): the group keys, or the join
+column, so the classic anomaly of two transactions inserting the two halves of a join meets on one
+stripe and cannot lose the joined row: the second one's delta reads the first one's committed half.
+A query with no such columns makes every write take every stripe (writers take turns), as do a
+TRUNCATE's recompute and a combined statement. Each turn updates its stripe rows, so under REPEATABLE
+READ or SERIALIZABLE a writer whose snapshot predates another's commit on a shared stripe gets
+PostgreSQL's serialization error (retry) and never a wrong stream table. Two writers that take
+stripes in opposite orders over several statements can deadlock; PostgreSQL then fails one of them.
 
 One statement can change several sources, or one source twice (a writable CTE, ``INSERT … ON
 CONFLICT DO UPDATE``, a trigger or an FK cascade writing another source): their AFTER triggers fire one
@@ -39,18 +44,20 @@ from dataclasses import dataclass
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.postgres.capture import TREE_SQL
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.postgres.immediate_sql import EVENTS, NEW_ROWS, OLD_ROWS, Statements
+from dbt_ivm.postgres.immediate_sql import EVENTS, NEW_ROWS, OLD_ROWS, STRIPES, Statements
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
 # Bump when the function's text changes in a way an installed one must not keep.
-IMMEDIATE_VERSION = 1
+IMMEDIATE_VERSION = 2
 STATE_TABLE = "immediate_state"
+TURNS_TABLE = "immediate_turns"
 TRIGGER_PREFIX = "__ivm_immediate_"
 # The function's one variable (a source column of that name is renamed by the engine, and columns
 # win over variables anyway: `#variable_conflict use_column`).
 EMPTY = "__ivm_empty"
 INSUFFICIENT_PRIVILEGE = "42501"
+UNDEFINED_FUNCTION = "42883"
 # Errors that must reach the writer: its transaction is to be retried, or it asked not to wait.
 PASSED_ON = ("serialization_failure", "deadlock_detected", "lock_not_available")
 
@@ -143,11 +150,30 @@ def _clear_pending(stream_table: str, sources: list[TableInfo]) -> str:
     )
 
 
-def _by_source(statements: Statements, sources: list[TableInfo]) -> str:
-    """Apply this statement's own transition table: one branch per source and event."""
+def _turn(catalog: str, stream_table: str, stripes: str | None) -> str:
+    """Take this statement's turn: lock (once, in stripe order, so two writers never wait on each
+    other crosswise) and update its stripes' rows; None: every stripe."""
+    turns, name = qn(catalog, TURNS_TABLE), lit(stream_table)
+    which = "" if stripes is None else f" AND l.stripe = ANY (ARRAY({stripes}))"
+    return (
+        f"WITH l AS MATERIALIZED (SELECT l.stripe FROM {turns} AS l WHERE l.stream_table = {name}{which} "
+        f"ORDER BY l.stripe FOR NO KEY UPDATE) UPDATE {turns} AS t SET writes = t.writes + 1 FROM l "
+        f"WHERE t.stream_table = {name} AND t.stripe = l.stripe;"
+    )
+
+
+def _by_source(catalog: str, stream_table: str, statements: Statements) -> str:
+    """Apply this statement's own transition table: one branch per source and event, each taking
+    its turn on the stripes its rows conflict on first."""
     branches = []
     for index, events in enumerate(statements.by_source):
-        inner = [f"TG_OP = {lit(event)} THEN {text};" for event, text in events.items() if text is not None]
+        inner = [
+            f"TG_OP = {lit(event)} THEN "
+            + _turn(catalog, stream_table, statements.stripes[index][event] if statements.stripes else None)
+            + f" {text};"
+            for event, text in events.items()
+            if text is not None
+        ]
         body = ("IF " + " ELSIF ".join(inner) + " END IF;") if inner else "NULL;"
         branches.append(f"TG_ARGV[0] = {lit(str(index))} THEN {body}")
     return "IF " + " ELSIF ".join(branches) + " END IF;"
@@ -207,9 +233,8 @@ BEGIN
     WHEN OTHERS THEN {_set(s.full, "'on'")}  -- recompute instead, at the end of the statement
     END;
   ELSIF {_setting(s.full)} <> 'on' THEN
-    UPDATE {state} SET writes = writes + 1 WHERE stream_table = {lit(stream_table)};
     BEGIN
-      {_by_source(statements, sources)}
+      {_by_source(catalog, stream_table, statements)}
     EXCEPTION WHEN {" OR ".join(PASSED_ON)} THEN RAISE;
     WHEN OTHERS THEN {failed}
     END;
@@ -218,7 +243,7 @@ BEGIN
   IF {_under_way(s)} > 0 OR ({_setting(s.pending)} <> 'on' AND {_setting(s.full)} <> 'on') THEN
     RETURN NULL;
   END IF;
-  UPDATE {state} SET writes = writes + 1 WHERE stream_table = {lit(stream_table)};
+  {_turn(catalog, stream_table, None)}
   BEGIN
     IF {_setting(s.full)} = 'on' THEN
       {statements.full};
@@ -328,13 +353,26 @@ def install(db: Db, catalog: str, stream_table: str, sources: list[TableInfo], f
         f"INSERT INTO {qn(catalog, STATE_TABLE)} (stream_table, writes, storage, digest) VALUES (%s, 0, %s, %s)",
         (stream_table, json.dumps(storage(db, stream_table, sources)), digest(function)),
     )
+    db.execute(
+        f"INSERT INTO {qn(catalog, TURNS_TABLE)} (stream_table, stripe, writes) "
+        f"SELECT %s, s, 0 FROM generate_series(0, {STRIPES - 1}) AS s",
+        (stream_table,),
+    )
 
 
 def remove(db: Db, catalog: str, stream_table: str) -> None:
     """Drop the function (its triggers with it) and its state row; nothing if it is not installed."""
     db.execute(f"DROP FUNCTION IF EXISTS {qn(catalog, function_name(stream_table))}() CASCADE")
-    if db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, STATE_TABLE),)):  # older catalogs
-        db.execute(f"DELETE FROM {qn(catalog, STATE_TABLE)} WHERE stream_table = %s", (stream_table,))
+    for table in (STATE_TABLE, TURNS_TABLE):
+        if db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, table),)):  # older catalogs
+            db.execute(f"DELETE FROM {qn(catalog, table)} WHERE stream_table = %s", (stream_table,))
+
+
+def hashable(db: Db, types: list[str]) -> bool:
+    """Can values of these types be hashed as they compare (a stripe per value)? A type without a
+    hash operator class (point, json, xml …) cannot: its writers then take every stripe."""
+    values = ", ".join(f"NULL::{t}" for t in types)
+    return db.attempt(f"SELECT pg_catalog.hash_record_extended(ROW({values}), 0)", UNDEFINED_FUNCTION)
 
 
 def subscribed(db: Db, source: TableInfo) -> bool:
@@ -359,6 +397,11 @@ def reinstall_reason(
         return "its immediate maintenance is not installed"
     if installed[0] != digest(function):
         return "its immediate maintenance was installed for another query, schema or dbt-ivm version"
+    stripes = db.value(
+        f"SELECT count(*) FROM {qn(catalog, TURNS_TABLE)} WHERE stream_table = %s", (stream_table,)
+    )
+    if stripes != STRIPES:
+        return "rows its writers take turns on were deleted"
     if installed[1] != storage(db, stream_table, sources):
         return (
             "a source was rewritten without firing triggers (ALTER TABLE … TYPE … USING, VACUUM FULL, "

@@ -11,6 +11,10 @@ every other source is read as it is now, which, in the writer's transaction, inc
 stream table already reflects. What a delta reads more than once is a MATERIALIZED CTE of the MERGE
 (a differential refresh pins it in a temp table; a writer's statement cannot afford the DDL).
 
+Writers that may maintain the stream table at the same time are told apart by `stripes`: per source
+and event, a query of the stripe numbers (0‥STRIPES−1) its rows' conflict values hash to
+(`immediate_keys`); a writer first takes turns on those stripes only.
+
 Two more statements cover what one transition table cannot: `full` recomputes the stream table (a
 TRUNCATE has no transition table), `combined` applies the changes of several statements at once
 (a writable CTE or a trigger writing two sources of one stream table: their changes are kept in
@@ -39,6 +43,8 @@ from dbt_ivm.sqltext import WEIGHT
 DIALECT = "postgres"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
 EVENTS = ("INSERT", "UPDATE", "DELETE")
+STRIPES = 64  # a power of two: a hash's low bits pick the stripe
+TRANSITION_TABLES = {"INSERT": (NEW_ROWS,), "DELETE": (OLD_ROWS,), "UPDATE": (OLD_ROWS, NEW_ROWS)}
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,30 @@ class Statements:
     by_source: list[dict[str, str | None]]
     full: str  # recompute from scratch, applied as a diff
     combined: str  # every source's pending changes at once
+    # Per source, per event: the stripes its rows conflict on (None: every write takes every stripe).
+    stripes: list[dict[str, str]] | None = None
+
+
+def stripes_of(table: TableInfo, event: str, columns: list[exp.Column], alias: str) -> str:
+    """The stripes one statement's rows of `table` conflict on: their `columns` (qualified by
+    `alias`), hashed by each type's own hash (values equal as the query compares them, like 1.0 and
+    1.00, meet in one stripe). No columns: one stripe for every write (a global aggregate)."""
+    if not columns:
+        return "SELECT 0"
+    values = exp.Anonymous(this="ROW", expressions=[c.copy() for c in columns])
+    hashed = exp.func("pg_catalog.hash_record_extended", values, exp.Literal.number(0))
+    stripe = exp.cast(exp.BitwiseAnd(this=hashed, expression=exp.Literal.number(STRIPES - 1)), "int")
+    queries = [
+        exp.select(stripe.copy())
+        .from_(
+            exp.select(*renamed_select(table))
+            .from_(exp.table_(rows, quoted=True))
+            .subquery(exp.to_identifier(alias, quoted=True), copy=False)
+        )
+        .sql(DIALECT)
+        for rows in TRANSITION_TABLES[event]
+    ]
+    return " UNION ".join(queries)
 
 
 def weighted(table: TableInfo, rows: str, weight: int) -> exp.Select:
@@ -124,9 +154,11 @@ def statements(
     target: Target,
     new_context: Callable[[Bindings], Context],
     pending: Callable[[int, TableInfo], exp.Table],
+    conflicts: list[list[exp.Column]] | None = None,
 ) -> Statements:
     """All the statements of one stream table. `new_context` makes a rendering context for bindings;
-    `pending(i, source)` names the table holding source i's pending changes."""
+    `pending(i, source)` names the table holding source i's pending changes; `conflicts`: per source,
+    the columns its writes conflict on (`immediate_keys`; None: every write conflicts)."""
     current = {t.qualified: source_relation(t) for t in sources}
     by_source: list[dict[str, str | None]] = []
     for source in sources:
@@ -142,4 +174,10 @@ def statements(
     assert combined is not None  # every source changed: some term reaches the table
     contents = stream.contents(plan, layout, new_context(Bindings(current=current)))
     full = apply_statement(layout, full_delta(stream_table, layout, contents), stream_table, target)
-    return Statements(by_source, full.sql(DIALECT), combined)
+    stripes = None
+    if conflicts is not None:
+        stripes = [
+            {event: stripes_of(t, event, columns, columns[0].table if columns else "") for event in EVENTS}
+            for t, columns in zip(sources, conflicts, strict=True)
+        ]
+    return Statements(by_source, full.sql(DIALECT), combined, stripes)

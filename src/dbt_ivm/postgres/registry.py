@@ -11,7 +11,7 @@ from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
 # The column added last, and its table: a catalog that has it needs no upgrade.
-NEWEST_TABLE, NEWEST_COLUMN = "immediate_state", "digest"
+NEWEST_TABLE, NEWEST_COLUMN = "immediate_turns", "writes"
 
 
 def bootstrap(db: Db, catalog: str) -> None:
@@ -68,12 +68,18 @@ def bootstrap(db: Db, catalog: str) -> None:
             ("refresh_history", "estimated_differential_seconds double precision"),
         ):
             db.execute(f"ALTER TABLE {s}.{q(table)} ADD COLUMN IF NOT EXISTS {column}")
-        # IMMEDIATE stream tables: writers take turns on their row (postgres.immediate); created last.
+        # IMMEDIATE stream tables (postgres.immediate): what was installed, and the stripes writers take
+        # turns on (created last). `writes` of immediate_state is no longer counted.
         db.execute(
-            f"CREATE TABLE IF NOT EXISTS {s}.{q(NEWEST_TABLE)} (stream_table text PRIMARY KEY, "
-            f"writes bigint NOT NULL DEFAULT 0, storage jsonb NOT NULL, {NEWEST_COLUMN} text NOT NULL)"
+            f"CREATE TABLE IF NOT EXISTS {s}.{q('immediate_state')} (stream_table text PRIMARY KEY, "
+            "writes bigint NOT NULL DEFAULT 0, storage jsonb NOT NULL, digest text NOT NULL)"
         )
-        db.execute(f"REVOKE ALL ON {s}.{q(NEWEST_TABLE)} FROM PUBLIC")
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}.{q(NEWEST_TABLE)} (stream_table text NOT NULL, "
+            f"stripe integer NOT NULL, {NEWEST_COLUMN} bigint NOT NULL DEFAULT 0, PRIMARY KEY (stream_table, stripe))"
+        )
+        for table in ("immediate_state", NEWEST_TABLE):
+            db.execute(f"REVOKE ALL ON {s}.{q(table)} FROM PUBLIC")
 
 
 @dataclass

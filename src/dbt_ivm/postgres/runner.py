@@ -40,6 +40,7 @@ from dbt_ivm.postgres import (
     auto_cost,
     capture,
     immediate,
+    immediate_keys,
     immediate_sql,
     registrations,
     registry,
@@ -48,7 +49,7 @@ from dbt_ivm.postgres import (
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
-from dbt_ivm.reserved import internal_columns, is_reserved, source_relation
+from dbt_ivm.reserved import internal_column, internal_columns, is_reserved, source_relation
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from dbt_ivm.sqltext import q, qn
 
@@ -465,6 +466,9 @@ def _immediate_function(db: Db, spec: StreamTableSpec, compiled: Compiled) -> st
     """The trigger function that maintains `spec`'s table inside every writer's transaction."""
     assert compiled.plan is not None and compiled.layout is not None
     key = _key(spec)
+    conflicts = immediate_keys.conflict_columns(compiled.plan, compiled.layout, compiled.sources)
+    if conflicts is not None and not immediate.hashable(db, _column_types(compiled.sources, conflicts)):
+        conflicts = None
     statements = immediate_sql.statements(
         compiled.plan,
         compiled.layout,
@@ -473,10 +477,22 @@ def _immediate_function(db: Db, spec: StreamTableSpec, compiled: Compiled) -> st
         compiled.target,
         lambda bindings: context(compiled, bindings),
         lambda index, source: exp.table_(immediate.pending_table(key, index, source), "pg_temp", quoted=True),
+        conflicts,
     )
     return immediate.function_sql(
         spec.catalog_schema, key, _relation(spec), compiled.sources, statements, immediate.search_path(db)
     )
+
+
+def _column_types(sources: list[TableInfo], columns: list[list[exp.Column]]) -> list[str]:
+    """The declared types of each source's conflict columns (named by their internal names)."""
+    return [
+        c.type
+        for source, named in zip(sources, columns, strict=True)
+        for column in named
+        for c in source.columns
+        if internal_column(source, c.name) == column.name
+    ]
 
 
 def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[str, object]:
