@@ -79,7 +79,7 @@ def test_shape_is_maintained_inside_the_writers_transaction(pg_dsn: str, name: s
         conn.close()
 
 
-def _orders_and_customers(conn: Any) -> None:
+def _orders_and_customers(conn: Any, streams_: dict[str, str] = STREAMS) -> None:
     execute(
         conn,
         "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);"
@@ -88,7 +88,7 @@ def _orders_and_customers(conn: Any) -> None:
         "INSERT INTO customers SELECT i, 'c' || i FROM generate_series(1, 10) i;"
         "INSERT INTO orders SELECT i, i % 10 + 1, i FROM generate_series(1, 50) i;",
     )
-    for name, sql in STREAMS.items():
+    for name, sql in streams_.items():
         _immediate(conn, name, sql)
 
 
@@ -307,15 +307,7 @@ def _two_customers_apart(conn: Any) -> tuple[int, int]:
 def test_writers_of_different_groups_go_on_at_once(
     pg_conn: Any, pg_dsn: str, streams_: dict[str, str], apart: bool
 ) -> None:
-    execute(
-        pg_conn,
-        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);"
-        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric(12,2));"
-        "INSERT INTO customers SELECT i, 'c' || i FROM generate_series(1, 10) i;"
-        "INSERT INTO orders SELECT i, i % 10 + 1, i FROM generate_series(1, 50) i;",
-    )
-    for name, sql in streams_.items():
-        _immediate(pg_conn, name, sql)
+    _orders_and_customers(pg_conn, streams_)
     first, second = _two_customers_apart(pg_conn)
     one, two, three = connect(pg_dsn), connect(pg_dsn), connect(pg_dsn)
     try:
