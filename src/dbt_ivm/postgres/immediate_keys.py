@@ -146,5 +146,4 @@ def _join_columns(
             for k in plan.group_by
         ):
             return None  # a group may gather rows of different join values
-    by_alias = {s.alias: s for s in scans}
-    return {alias: exp.column(name, alias, quoted=True) for alias, name in whole.items() if alias in by_alias}
+    return {alias: exp.column(name, alias, quoted=True) for alias, name in whole.items()}
