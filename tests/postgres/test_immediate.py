@@ -32,7 +32,20 @@ SHAPES = streams(SCHEMA)
 CUSTOMER_TOTALS = "SELECT customer_id, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY customer_id"
 ORDER_DETAILS = "SELECT o.id, o.amount, c.name FROM orders o JOIN customers c ON o.customer_id = c.id"
 KEYLESS = "SELECT o.amount, c.name FROM orders o LEFT JOIN customers c ON o.customer_id = c.id"
-STREAMS = {"customer_totals": CUSTOMER_TOTALS, "order_details": ORDER_DETAILS, "keyless_names": KEYLESS}
+# Aggregates keeping state, written straight onto their groups (apply/grouped.py): values computed
+# over the state (AVG, arithmetic), a group key that is an expression, and the one global row.
+BUCKETS = (
+    "SELECT customer_id % 3 AS bucket, SUM(amount) * 2 AS doubled, AVG(amount) AS mean, "
+    "COUNT(amount) AS counted FROM orders GROUP BY customer_id % 3"
+)
+GLOBAL_TOTALS = "SELECT COUNT(*) AS n, SUM(amount) AS total, AVG(amount) AS mean FROM orders"
+STREAMS = {
+    "customer_totals": CUSTOMER_TOTALS,
+    "order_details": ORDER_DETAILS,
+    "keyless_names": KEYLESS,
+    "buckets": BUCKETS,
+    "global_totals": GLOBAL_TOTALS,
+}
 
 
 def _immediate(conn: Any, name: str, sql: str) -> None:

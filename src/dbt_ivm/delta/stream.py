@@ -19,6 +19,7 @@ a batch touches are read back from the stream table (−1) and recomputed from t
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -163,55 +164,100 @@ def _recomputed_groups(
     ).from_(aliased(grouping.from_scratch(plan, rows, hidden_groups=True), ROWS))
 
 
-def _stored_aggregate_delta(
-    plan: Aggregate, layout: Layout, ctx: Context, table: exp.Table, target: Target
-) -> exp.Query | None:
+@dataclass(frozen=True)
+class GroupChange:
+    """A stored aggregate's batch, per group: `delta` holds each touched group's keys (group
+    placeholders) and the change of its count and states. `merged(stored, change)` adds a stored row
+    (alias `stored`; NULL columns for a group not stored yet) to a delta row (alias `change`), by
+    state column; `outputs(row)` gives every layout column over such a merged row (alias `row`)."""
+
+    plan: Aggregate
+    layout: Layout
+    delta: exp.Select
+    types: dict[int, exp.DataType]
+
+    def merged(self, stored: str, change: str) -> dict[str, exp.Expr]:
+        plan = self.plan
+        values: dict[str, exp.Expr] = {
+            group_placeholder(i): exp.column(group_placeholder(i), change, quoted=True)
+            for i in range(len(plan.group_by))
+        }
+        values[COUNT] = plus(exp.column(COUNT, stored, quoted=True), exp.column(COUNT, change, quoted=True))
+        for call in plan.calls:
+            names = grouping.state_names(call)
+            old: list[exp.Expr] = [exp.column(n, stored, quoted=True) for n in names]
+            new: list[exp.Expr] = [exp.column(n, change, quoted=True) for n in names]
+            values.update(zip(names, REGISTRY[call.func].merge(old, new), strict=True))
+        return values
+
+    def outputs(self, row: str) -> dict[str, exp.Expr]:
+        values = {str(o.alias): o for o in grouping.finalized_outputs(self.plan, row, self.types)}
+        for column in self.layout.hidden:
+            values.setdefault(column, exp.alias_(exp.column(column, row, quoted=True), column, quoted=True))
+        return {c: values[c] for c in self.layout.columns}
+
+    def new_values(self, stored: str, change: str) -> dict[str, exp.Expr]:
+        """Every layout column's value once the change (alias `change`) is added to the stored row
+        (alias `stored`), as one expression over both."""
+        merged, row = self.merged(stored, change), "__ivm_row"
+
+        def substitute(node: exp.Expr) -> exp.Expr:
+            if isinstance(node, exp.Column) and node.table == row and node.name in merged:
+                return exp.paren(merged[node.name].copy(), copy=False)
+            return node
+
+        return {c: o.this.transform(substitute) for c, o in self.outputs(row).items()}
+
+    def group_keys(self, change: str) -> list[exp.Expr]:
+        return [exp.column(group_placeholder(i), change, quoted=True) for i in range(len(self.plan.group_by))]
+
+    def key_match(self, stored: str, change: str, target: Target) -> exp.Expr:
+        """Stream-table rows (alias `stored`) of the delta row's group (alias `change`)."""
+        return match(stored, self.layout.key, self.group_keys(change), target)
+
+
+def group_change(plan: Plan, layout: Layout, ctx: Context) -> GroupChange | None:
+    """The batch as a change per group, for an aggregate that keeps its state (None: any other plan,
+    or no source changed)."""
+    plans.context(ctx)
+    if layout.kind != "aggregate" or not isinstance(plan, Aggregate) or plan.recomputed:
+        return None
     changes = grouping.input_rows(plan, "delta", ctx)
     if changes is None:
         return None
     changes_alias = "__ivm_changes"
     weight = exp.column(WEIGHT, changes_alias, quoted=True)
-    group_delta = exp.select(
+    delta = exp.select(
         *grouping.group_columns(plan, changes_alias), *grouping.weighted_states(plan, weight, changes_alias)
     ).from_(aliased(changes, changes_alias))
     if plan.group_by:
-        group_delta = group_delta.group_by(*grouping.group_columns(plan, changes_alias))
-    pinned = ctx.pinned(group_delta)  # read twice: the groups' old rows and their new ones
-    delta_keys = [exp.column(group_placeholder(i), "d", quoted=True) for i in range(len(plan.group_by))]
-    stored_group = match("s", layout.key, delta_keys, target)
-    merged: list[exp.Expr] = [
-        exp.column(group_placeholder(i), "d", quoted=True) for i in range(len(plan.group_by))
-    ]
-    merged.append(
-        exp.alias_(
-            plus(exp.column(COUNT, "s", quoted=True), exp.column(COUNT, "d", quoted=True)), COUNT, quoted=True
-        )
-    )
-    for call in plan.calls:
-        names = grouping.state_names(call)
-        stored: list[exp.Expr] = [exp.column(n, "s", quoted=True) for n in names]
-        delta: list[exp.Expr] = [exp.column(n, "d", quoted=True) for n in names]
-        for name, value in zip(names, REGISTRY[call.func].merge(stored, delta), strict=True):
-            merged.append(exp.alias_(value, name, quoted=True))
+        delta = delta.group_by(*grouping.group_columns(plan, changes_alias))
+    return GroupChange(plan, layout, delta, ctx.call_types.get(id(plan), {}))
+
+
+def _stored_aggregate_delta(
+    plan: Aggregate, layout: Layout, ctx: Context, table: exp.Table, target: Target
+) -> exp.Query | None:
+    change = group_change(plan, layout, ctx)
+    if change is None:
+        return None
+    pinned = ctx.pinned(change.delta)  # read twice: the groups' old rows and their new ones
+    merged = [exp.alias_(value, name, quoted=True) for name, value in change.merged("s", "d").items()]
     new = (
         exp.select(*merged)
         .from_(aliased(pinned.copy(), "d"))
-        .join(aliased(table, "s"), on=stored_group.copy(), join_type="left")
+        .join(aliased(table, "s"), on=change.key_match("s", "d", target), join_type="left")
     )
-    types = ctx.call_types.get(id(plan), {})
-    values = {str(o.alias): o for o in grouping.finalized_outputs(plan, "n", types)}
-    for column in layout.hidden:
-        values.setdefault(column, exp.alias_(exp.column(column, "n", quoted=True), column, quoted=True))
     removed = (
         exp.select(
             *[exp.column(c, "s", quoted=True) for c in layout.columns],
             exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
         )
         .from_(aliased(table, "s"))
-        .join(aliased(pinned, "d"), on=stored_group, join_type="inner")
+        .join(aliased(pinned, "d"), on=change.key_match("s", "d", target), join_type="inner")
     )
     added = exp.select(
-        *[values[c] for c in layout.columns], exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True)
+        *change.outputs("n").values(), exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True)
     ).from_(aliased(new, "n"))
     if not layout.is_global_aggregate:
         added = added.where(

@@ -76,6 +76,9 @@ def plain_layout(names: list[str]) -> Layout:
     return Layout("multiset", tuple(names), (), tuple(names))
 
 
+GROUP_FILLFACTOR = 60  # percent of a page an aggregate stream table's rows fill when written
+
+
 def create_table(db: Db, table: exp.Table, layout: Layout, contents: Contents, target: Target) -> int:
     """CREATE TABLE AS the contents, plus the key hash (and ordinals for repeated rows), indexed.
 
@@ -86,7 +89,10 @@ def create_table(db: Db, table: exp.Table, layout: Layout, contents: Contents, t
         extra.append(exp.alias_(ordinal, DUP, quoted=True))
     extra += hash_column(layout.key, target, "c")
     select = exp.select(*columns(layout.columns, "c"), *extra).from_(aliased(_relation(contents), "c"))
-    rows = db.execute(f"CREATE TABLE {table.sql(DIALECT)} AS {render(select, _text(contents))}")
+    # A group's row is updated in place by every change to the group: room on its page lets
+    # PostgreSQL keep the new version there (a HOT update, no index entry), about 2× cheaper.
+    storage = f" WITH (fillfactor = {GROUP_FILLFACTOR})" if layout.kind == "aggregate" else ""
+    rows = db.execute(f"CREATE TABLE {table.sql(DIALECT)}{storage} AS {render(select, _text(contents))}")
     if target.hashed(layout.key):
         db.execute(f"CREATE INDEX ON {table.sql(DIALECT)} ({_identifier(HASH)})")
     # Statistics now, not when autovacuum gets round to it: the first refresh's MERGE must see that a

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
-from dbt_ivm.apply import keyed, multiset
+from dbt_ivm.apply import grouped, keyed, multiset
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta import stream
@@ -140,6 +140,9 @@ def render(
         return exp.table_(name, quoted=True)
 
     pinned = replace(ctx, pin=memoized_pin(DIALECT, compute), rendered={})
+    change = stream.group_change(plan, layout, pinned)
+    if change is not None:  # an aggregate keeping its state: each group's row is found once
+        return _with_materialized(ctes, grouped.group_merge(change, stream_table, target).sql(DIALECT))
     delta = stream.row_delta(plan, layout, pinned, stream_table, target)
     if delta is None:
         return None
