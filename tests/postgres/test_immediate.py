@@ -21,6 +21,7 @@ import psycopg2
 import psycopg2.errors
 import pytest
 
+from dbt_ivm.errors import IvmError
 from tests.oracle import assert_matches_query, differences
 from tests.postgres.streams import SCHEMA, connect, execute, refresh, rows, value
 from tests.shapes import Workload, create_statements, streams
@@ -48,8 +49,8 @@ STREAMS = {
 }
 
 
-def _immediate(conn: Any, name: str, sql: str) -> None:
-    result = refresh(conn, name, sql, refresh_mode="immediate")
+def _immediate(conn: Any, name: str, sql: str, **options: Any) -> None:
+    result = refresh(conn, name, sql, refresh_mode="immediate", **options)
     assert result.action in ("CREATE", "REBUILD"), result.summary()
 
 
@@ -92,7 +93,7 @@ def test_shape_is_maintained_inside_the_writers_transaction(pg_dsn: str, name: s
         conn.close()
 
 
-def _orders_and_customers(conn: Any, streams_: dict[str, str] = STREAMS) -> None:
+def _orders_and_customers(conn: Any, streams_: dict[str, str] = STREAMS, **options: Any) -> None:
     execute(
         conn,
         "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);"
@@ -102,7 +103,23 @@ def _orders_and_customers(conn: Any, streams_: dict[str, str] = STREAMS) -> None
         "INSERT INTO orders SELECT i, i % 10 + 1, i FROM generate_series(1, 50) i;",
     )
     for name, sql in streams_.items():
-        _immediate(conn, name, sql)
+        _immediate(conn, name, sql, **options)
+
+
+def _audit(conn: Any, names: list[str]) -> None:
+    """A row trigger on each stream table recording what it saw: which table, TG_OP, OLD, NEW."""
+    execute(
+        conn,
+        "CREATE TABLE audit (seen serial, st text, op text, old jsonb, new jsonb);"
+        "CREATE FUNCTION audit_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "INSERT INTO audit (st, op, old, new) VALUES (TG_TABLE_NAME, TG_OP, "
+        "CASE WHEN TG_OP <> 'INSERT' THEN to_jsonb(OLD) END, CASE WHEN TG_OP <> 'DELETE' THEN to_jsonb(NEW) END); "
+        "RETURN NULL; END $$;"
+        + "".join(
+            f"CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON {n} FOR EACH ROW EXECUTE FUNCTION audit_row();"
+            for n in names
+        ),
+    )
 
 
 WRITE_SHAPES = [
@@ -129,8 +146,11 @@ WRITE_SHAPES = [
 ]
 
 
-def test_every_write_shape(pg_conn: Any) -> None:
+@pytest.mark.parametrize("apply_path", ["merge", "explicit"])
+def test_every_write_shape(pg_conn: Any, apply_path: str) -> None:
     _orders_and_customers(pg_conn)
+    if apply_path == "explicit":  # a user trigger on every stream table, created after dbt run
+        _audit(pg_conn, list(STREAMS))
     for statement in WRITE_SHAPES:
         execute(pg_conn, "BEGIN")
         execute(pg_conn, statement)
@@ -144,6 +164,88 @@ def test_every_write_shape(pg_conn: Any) -> None:
     for name, sql in STREAMS.items():  # the TRUNCATEs were recomputed for: nothing to rebuild
         result = refresh(pg_conn, name, sql, refresh_mode="immediate")
         assert result.action == "SKIP", result.summary()
+    if apply_path == "explicit":
+        seen = {r[0] for r in rows(pg_conn, "SELECT DISTINCT st || ' ' || op FROM audit")}
+        every = {f"{n} {op}" for n in STREAMS for op in ("INSERT", "UPDATE", "DELETE")}
+        # The one row of a global aggregate is always there: it is only ever updated.
+        assert seen == every - {"global_totals INSERT", "global_totals DELETE"}, seen
+
+
+def test_user_triggers_fire_once_per_changed_row(pg_conn: Any) -> None:
+    """Like a differential refresh with user triggers: DELETE, UPDATE, INSERT, each only when it
+    changes rows, so a row trigger sees each changed row once with its OLD and NEW, and a statement
+    trigger fires only for statements that change something."""
+    _orders_and_customers(pg_conn, {"customer_totals": CUSTOMER_TOTALS})
+    _audit(pg_conn, ["customer_totals"])
+    execute(
+        pg_conn,
+        "CREATE TABLE statements (op text);"
+        "CREATE FUNCTION count_statement() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "INSERT INTO statements VALUES (TG_OP); RETURN NULL; END $$;"
+        "CREATE TRIGGER counted AFTER INSERT OR UPDATE OR DELETE ON customer_totals "
+        "FOR EACH STATEMENT EXECUTE FUNCTION count_statement();",
+    )
+
+    def seen() -> list[tuple[Any, ...]]:
+        found = rows(
+            pg_conn,
+            "SELECT op, old->>'customer_id', old->>'n', new->>'customer_id', new->>'n' FROM audit ORDER BY seen",
+        )
+        execute(pg_conn, "TRUNCATE audit")
+        return found
+
+    def statements() -> list[str]:
+        found = [r[0] for r in rows(pg_conn, "SELECT op FROM statements")]
+        execute(pg_conn, "TRUNCATE statements")
+        return found
+
+    n3 = value(pg_conn, "SELECT count(*) FROM orders WHERE customer_id = 3")
+    execute(
+        pg_conn,
+        "INSERT INTO customers VALUES (77, 'new'); INSERT INTO orders VALUES (700, 77, 5), (701, 3, 1)",
+    )
+    assert sorted(seen()) == [("INSERT", None, None, "77", "1"), ("UPDATE", "3", str(n3), "3", str(n3 + 1))]
+    assert statements() == ["UPDATE", "INSERT"]
+    execute(pg_conn, "UPDATE orders SET amount = amount WHERE customer_id = 3")  # changes no group
+    assert seen() == [] and statements() == []
+    execute(pg_conn, "DELETE FROM orders WHERE customer_id = 77")
+    assert seen() == [("DELETE", "77", "1", None, None)] and statements() == ["DELETE"]
+    _check_all(pg_conn, {"customer_totals": CUSTOMER_TOTALS}, "explicit DML")
+
+    # A BEFORE trigger that changes what is written leaves the table unlike its query: the writer is told.
+    execute(
+        pg_conn,
+        "CREATE FUNCTION doubled() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "NEW.total := NEW.total * 2; RETURN NEW; END $$;"
+        "CREATE TRIGGER doubled BEFORE UPDATE ON customer_totals FOR EACH ROW EXECUTE FUNCTION doubled();",
+    )
+    pg_conn.notices.clear()
+    execute(pg_conn, "INSERT INTO orders VALUES (702, 4, 1)")
+    assert any("read back different" in n and "customer_totals" in n for n in pg_conn.notices), (
+        pg_conn.notices
+    )
+
+
+def test_user_triggers_on_a_keyless_stream_table(pg_conn: Any) -> None:
+    """Rows told apart by value (and an ordinal) are deleted and inserted, never updated."""
+    notes = "SELECT amount FROM notes"
+    execute(pg_conn, "CREATE TABLE notes (amount numeric); INSERT INTO notes VALUES (1), (1), (2)")
+    _immediate(pg_conn, "keyless", notes)
+    _audit(pg_conn, ["keyless"])
+    execute(pg_conn, "BEGIN; INSERT INTO notes VALUES (1), (3); DELETE FROM notes WHERE amount = 2")
+    _check_all(pg_conn, {"keyless": notes}, "before COMMIT")
+    execute(pg_conn, "COMMIT; UPDATE notes SET amount = amount")  # the same values: nothing changes
+    found = rows(pg_conn, "SELECT op, old->>'amount', new->>'amount' FROM audit ORDER BY seen")
+    assert sorted(found, key=str) == sorted(
+        [("INSERT", None, "1"), ("INSERT", None, "3"), ("DELETE", "2", None)], key=str
+    ), found
+    _check_all(pg_conn, {"keyless": notes}, "after")
+
+
+def test_user_triggers_off_is_refused_for_immediate(pg_conn: Any) -> None:
+    execute(pg_conn, "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric)")
+    with pytest.raises(IvmError, match="user_triggers='off' cannot be used with refresh_mode='immediate'"):
+        refresh(pg_conn, "customer_totals", CUSTOMER_TOTALS, refresh_mode="immediate", user_triggers="off")
 
 
 def _lines(lines: list[str]) -> Any:

@@ -53,6 +53,9 @@ MARKS = "buffer_marks"
 SENTINEL = "sentinel"  # proves a buffer was not reset by crash recovery (both are unlogged)
 FULL_MARK = "full"  # TRUNCATE, or a write capture could not record: the next refresh is FULL
 TRIGGER_PREFIX = "__ivm_capture_"
+# The statement triggers of refresh_mode='immediate' (postgres/immediate.py), on a stream table that
+# is itself a source of an immediate one.
+IMMEDIATE_TRIGGER_PREFIX = "__ivm_immediate_"
 # A stream table that consumes buffers: an IMMEDIATE one is kept by its own triggers instead.
 READS_BUFFERS = "s.refresh_mode <> 'immediate'"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"

@@ -42,9 +42,10 @@ import json
 from dataclasses import dataclass
 
 from dbt_ivm.catalog import TableInfo
-from dbt_ivm.postgres.capture import TREE_SQL
+from dbt_ivm.postgres import user_triggers
+from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TREE_SQL
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.postgres.immediate_sql import EVENTS, NEW_ROWS, OLD_ROWS, STRIPES, Statements
+from dbt_ivm.postgres.immediate_sql import EVENTS, NEW_ROWS, OLD_ROWS, STRIPES, ExplicitPath, Statements
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
@@ -52,7 +53,7 @@ from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 IMMEDIATE_VERSION = 2
 STATE_TABLE = "immediate_state"
 TURNS_TABLE = "immediate_turns"
-TRIGGER_PREFIX = "__ivm_immediate_"
+TRIGGER_PREFIX = IMMEDIATE_TRIGGER_PREFIX
 # The function's one variable (a source column of that name is renamed by the engine, and columns
 # win over variables anyway: `#variable_conflict use_column`).
 EMPTY = "__ivm_empty"
@@ -134,14 +135,73 @@ def _create_pending(stream_table: str, sources: list[TableInfo]) -> str:
             f", {q(n)} {c.type}" for n, c in zip(internal_columns(source), source.columns, strict=True)
         )
         name = q(pending_table(stream_table, index, source))
-        found = f"pg_catalog.to_regclass({lit('pg_temp.' + name)})"
-        statements.append(
-            f"IF {found} IS NULL THEN CREATE TEMP TABLE {name} ({q(WEIGHT)} smallint NOT NULL{columns}); END IF; "
-            f"IF (SELECT c.relowner <> r.oid OR c.relhastriggers OR c.relhasrules FROM pg_catalog.pg_class c, "
-            f"pg_catalog.pg_roles r WHERE c.oid = {found} AND r.rolname = current_user) THEN "
-            f"RAISE EXCEPTION 'dbt-ivm: % is not dbt-ivm''s own', {lit(name)}; END IF;"
-        )
+        statements.append(_own_temp_table(name, f"({q(WEIGHT)} smallint NOT NULL{columns})"))
     return " ".join(statements)
+
+
+def _own_temp_table(name: str, definition: str) -> str:
+    """Create temp table `name` (quoted) once per session, and make sure it is ours: a writer could
+    have created one under that name first (then its DEFAULTs or triggers would run with our rights)."""
+    found = f"pg_catalog.to_regclass({lit('pg_temp.' + name)})"
+    return (
+        f"IF {found} IS NULL THEN CREATE TEMP TABLE {name} {definition}; END IF; "
+        f"IF (SELECT c.relowner <> r.oid OR c.relhastriggers OR c.relhasrules FROM pg_catalog.pg_class c, "
+        f"pg_catalog.pg_roles r WHERE c.oid = {found} AND r.rolname = current_user) THEN "
+        f"RAISE EXCEPTION 'dbt-ivm: % is not dbt-ivm''s own', {lit(name)}; END IF;"
+    )
+
+
+def rows_table(stream_table: str, shape: object) -> str:
+    """The session's temp table of rows the explicit path applies. Its name carries a digest of the
+    stream table's `shape` (columns and types): a pooled session never reuses one of another shape."""
+    return f"__ivm_rows_{tag_of(stream_table)}_{hashlib.sha256(repr(shape).encode()).hexdigest()[:8]}"
+
+
+def _wants_explicit(relation: str, always: bool) -> str:
+    """Does this write apply through explicit DML? Always with user_triggers='on'; with 'auto' when the
+    stream table has user triggers now (looked up per write: a trigger created since counts)."""
+    if always:
+        return "true"
+    found = user_triggers.enabled_condition(f"pg_catalog.to_regclass({lit(relation)})")
+    return f"EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE {found})"
+
+
+def _apply_rows(path: ExplicitPath, relation: str) -> str:
+    """Apply the rows table with only the statements that change something, then empty it; warn when
+    a BEFORE row trigger changed or skipped rows (the table then differs from its query)."""
+    counted = (
+        "__ivm_inserted, __ivm_updated, __ivm_deleted"
+        if path.update is not None
+        else "__ivm_inserted, __ivm_deleted"
+    )
+    update = f"IF __ivm_updated > 0 THEN {path.update}; END IF; " if path.update is not None else ""
+    before_row = user_triggers.enabled_condition(f"pg_catalog.to_regclass({lit(relation)})")
+    before_row += f" AND (t.tgtype & {user_triggers.ROW | user_triggers.BEFORE}) = {user_triggers.ROW | user_triggers.BEFORE}"
+    return (
+        f"SELECT * INTO {counted} FROM ({path.counts}) AS c; "
+        f"IF __ivm_deleted > 0 THEN {path.delete}; END IF; {update}"
+        f"IF __ivm_inserted > 0 THEN {path.insert}; END IF; "
+        f"IF EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE {before_row}) THEN "
+        f"SELECT * INTO __ivm_differing FROM ({path.mismatches}) AS m; "
+        f"IF __ivm_differing > 0 THEN RAISE WARNING 'dbt-ivm: % row(s) written to % read back different from "
+        f"the query''s result: a BEFORE trigger changed or skipped them', __ivm_differing, {lit(relation)}; "
+        f"END IF; END IF; DELETE FROM {path.rows};"
+    )
+
+
+def _explicit_or_merge(
+    explicit: str, merge: str, path: ExplicitPath | None, relation: str, always: bool
+) -> str:
+    """`explicit` (filling the rows table) then applying its rows when the stream table has user
+    triggers, else `merge`."""
+    if path is None:
+        return merge
+    name = path.rows.removeprefix('"pg_temp".')
+    create = _own_temp_table(name, f"(LIKE {relation}, {q(WEIGHT)} bigint)")
+    return (
+        f"IF {_wants_explicit(relation, always)} THEN {create} {explicit} {_apply_rows(path, relation)} "
+        f"ELSE {merge} END IF;"
+    )
 
 
 def _clear_pending(stream_table: str, sources: list[TableInfo]) -> str:
@@ -162,18 +222,24 @@ def _turn(catalog: str, stream_table: str, stripes: str | None) -> str:
     )
 
 
-def _by_source(catalog: str, stream_table: str, statements: Statements) -> str:
+def _by_source(catalog: str, stream_table: str, relation: str, statements: Statements, always: bool) -> str:
     """Apply this statement's own transition table: one branch per source and event, each taking
     its turn on the stripes its rows conflict on first."""
+    path = statements.explicit
     branches = []
     for index, events in enumerate(statements.by_source):
-        inner = [
-            f"TG_OP = {lit(event)} THEN "
-            + _turn(catalog, stream_table, statements.stripes[index][event] if statements.stripes else None)
-            + f" {text};"
-            for event, text in events.items()
-            if text is not None
-        ]
+        inner = []
+        for event, text in events.items():
+            if text is None:
+                continue
+            turn = _turn(
+                catalog, stream_table, statements.stripes[index][event] if statements.stripes else None
+            )
+            rows = f"{path.by_source[index][event]};" if path is not None else ""
+            inner.append(
+                f"TG_OP = {lit(event)} THEN {turn} "
+                + _explicit_or_merge(rows, f"{text};", path, relation, always)
+            )
         body = ("IF " + " ELSIF ".join(inner) + " END IF;") if inner else "NULL;"
         branches.append(f"TG_ARGV[0] = {lit(str(index))} THEN {body}")
     return "IF " + " ELSIF ".join(branches) + " END IF;"
@@ -196,10 +262,13 @@ def function_sql(
     sources: list[TableInfo],
     statements: Statements,
     search_path: str,
+    always_explicit: bool = False,
 ) -> str:
-    """The trigger function of one stream table (see the module docstring)."""
+    """The trigger function of one stream table (see the module docstring). `always_explicit`:
+    user_triggers='on' (apply through explicit DML even without user triggers)."""
     s = Settings.of(stream_table)
     state = qn(catalog, STATE_TABLE)
+    path = statements.explicit
     stash = "".join(
         f"{'IF' if i == 0 else 'ELSIF'} TG_ARGV[0] = {lit(str(i))} THEN {_stash(catalog, stream_table, i, t)} "
         for i, t in enumerate(sources)
@@ -213,6 +282,7 @@ def function_sql(
     )
     body = f"""#variable_conflict use_column
 DECLARE {EMPTY} boolean := false;
+  __ivm_inserted bigint; __ivm_updated bigint; __ivm_deleted bigint; __ivm_differing bigint;
 BEGIN
   IF TG_WHEN = 'BEFORE' THEN
     {_set(s.under_way, f"({_under_way(s)} + 1)::text")}
@@ -234,7 +304,7 @@ BEGIN
     END;
   ELSIF {_setting(s.full)} <> 'on' THEN
     BEGIN
-      {_by_source(catalog, stream_table, statements)}
+      {_by_source(catalog, stream_table, relation, statements, always_explicit)}
     EXCEPTION WHEN {" OR ".join(PASSED_ON)} THEN RAISE;
     WHEN OTHERS THEN {failed}
     END;
@@ -246,11 +316,11 @@ BEGIN
   {_turn(catalog, stream_table, None)}
   BEGIN
     IF {_setting(s.full)} = 'on' THEN
-      {statements.full};
+      {_explicit_or_merge(f"{path.full};" if path else "", f"{statements.full};", path, relation, always_explicit)}
       -- A TRUNCATE gave the source new storage: this recompute accounts for it.
       UPDATE {state} SET storage = ({storage_sql(stream_table, sources)}) WHERE stream_table = {lit(stream_table)};
     ELSE
-      EXECUTE {lit(statements.combined)};
+      {_explicit_or_merge(f"EXECUTE {lit(path.combined)};" if path else "", f"EXECUTE {lit(statements.combined)};", path, relation, always_explicit)}
     END IF;
   EXCEPTION WHEN {" OR ".join(PASSED_ON)} THEN RAISE;
   WHEN OTHERS THEN {failed}

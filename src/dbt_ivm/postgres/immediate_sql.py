@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
-from dbt_ivm.apply import grouped, keyed, multiset
+from dbt_ivm.apply import explicit, grouped, keyed, multiset
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta import stream
@@ -57,6 +57,25 @@ class Statements:
     combined: str  # every source's pending changes at once
     # Per source, per event: the stripes its rows conflict on (None: every write takes every stripe).
     stripes: list[dict[str, str]] | None = None
+    explicit: ExplicitPath | None = None
+
+
+@dataclass(frozen=True)
+class ExplicitPath:
+    """The same maintenance for a stream table with user triggers: each statement above, as an INSERT
+    of the rows to apply (`apply/keyed` consolidated rows or `apply/multiset` ordinal operations) into
+    the session's temp table `rows`; then `counts` of what they do, and only the DELETE, UPDATE and
+    INSERT (`apply/explicit`) that change something, so user triggers fire as on any table."""
+
+    rows: str  # the temp table, qualified
+    by_source: list[dict[str, str | None]]
+    full: str
+    combined: str
+    counts: str  # keyed: inserted, updated, deleted; multiset: inserted, deleted
+    delete: str
+    update: str | None  # None: multiset rows never change in place
+    insert: str
+    mismatches: str  # after the writes: rows that do not read back as written (a BEFORE trigger)
 
 
 def stripes_of(table: TableInfo, event: str, columns: list[exp.Column], alias: str) -> str:
@@ -124,6 +143,19 @@ def _with_materialized(ctes: list[tuple[str, str]], statement: str) -> str:
     return f"WITH {named} {statement}"
 
 
+def _rendered(ctx: Context, build: Callable[[Context], exp.Expr | None]) -> str | None:
+    """`build`'s statement, what it pins read from MATERIALIZED CTEs (None: nothing to apply)."""
+    ctes: list[tuple[str, str]] = []
+
+    def compute(text: str) -> exp.Expr:
+        name = f"__ivm_pin_{len(ctes)}"
+        ctes.append((name, text))
+        return exp.table_(name, quoted=True)
+
+    statement = build(replace(ctx, pin=memoized_pin(DIALECT, compute), rendered={}))
+    return None if statement is None else _with_materialized(ctes, statement.sql(DIALECT))
+
+
 def render(
     plan: Plan,
     layout: Layout,
@@ -132,21 +164,72 @@ def render(
     target: Target,
 ) -> str | None:
     """The MERGE applying the delta of `ctx`'s change sets (None: no change set reaches the table)."""
-    ctes: list[tuple[str, str]] = []
 
-    def compute(text: str) -> exp.Expr:
-        name = f"__ivm_pin_{len(ctes)}"
-        ctes.append((name, text))
-        return exp.table_(name, quoted=True)
+    def build(pinned: Context) -> exp.Expr | None:
+        change = stream.group_change(plan, layout, pinned)
+        if change is not None:  # an aggregate keeping its state: each group's row is found once
+            return grouped.group_merge(change, stream_table, target)
+        delta = stream.row_delta(plan, layout, pinned, stream_table, target)
+        return None if delta is None else apply_statement(layout, delta, stream_table, target)
 
-    pinned = replace(ctx, pin=memoized_pin(DIALECT, compute), rendered={})
-    change = stream.group_change(plan, layout, pinned)
-    if change is not None:  # an aggregate keeping its state: each group's row is found once
-        return _with_materialized(ctes, grouped.group_merge(change, stream_table, target).sql(DIALECT))
-    delta = stream.row_delta(plan, layout, pinned, stream_table, target)
-    if delta is None:
-        return None
-    return _with_materialized(ctes, apply_statement(layout, delta, stream_table, target).sql(DIALECT))
+    return _rendered(ctx, build)
+
+
+def rows_to_apply(layout: Layout, delta: exp.Query, stream_table: exp.Table, target: Target) -> exp.Select:
+    """What the explicit path writes into its rows table: one row per changed key, or per ordinal."""
+    if layout.kind == "multiset":
+        summed = multiset.summed_rows(layout, delta, target).subquery()
+        return multiset.ordinal_ops(layout, summed, stream_table, target)
+    return keyed.consolidated_rows(layout, delta, target)
+
+
+def render_rows(
+    plan: Plan, layout: Layout, ctx: Context, stream_table: exp.Table, target: Target, rows: exp.Table
+) -> str | None:
+    """INSERT INTO `rows` what the delta of `ctx`'s change sets changes (None: nothing reaches it)."""
+
+    def build(pinned: Context) -> exp.Expr | None:
+        delta = stream.row_delta(plan, layout, pinned, stream_table, target)
+        if delta is None:
+            return None
+        return _into(rows, rows_to_apply(layout, delta, stream_table, target))
+
+    return _rendered(ctx, build)
+
+
+def _explicit_path(
+    layout: Layout,
+    rows: exp.Table,
+    stream_table: exp.Table,
+    target: Target,
+    inserts: tuple[list[dict[str, str | None]], str, str],
+) -> ExplicitPath:
+    """The explicit path: `inserts` (per source and event, full, combined) fill `rows`; the rest applies them."""
+    if layout.kind == "multiset":
+        ops = explicit.multiset_dml(layout, rows, stream_table, target)
+        counts: exp.Select = multiset.ops_counts(rows)
+        mismatches = explicit.multiset_mismatches(layout, rows, stream_table, target)
+    else:
+        ops = explicit.keyed_dml(layout, rows, stream_table, target)
+        counts = keyed.counts(layout, rows, stream_table, target)
+        mismatches = explicit.keyed_mismatches(layout, rows, stream_table, target)
+    by_source, full, combined = inserts
+    return ExplicitPath(
+        rows=rows.sql(DIALECT),
+        by_source=by_source,
+        full=full,
+        combined=combined,
+        counts=counts.sql(DIALECT),
+        delete=ops.delete.sql(DIALECT),
+        update=ops.update.sql(DIALECT) if ops.update is not None else None,
+        insert=ops.insert.sql(DIALECT),
+        mismatches=mismatches.sql(DIALECT),
+    )
+
+
+def _into(rows: exp.Table, query: exp.Select) -> exp.Insert:
+    names = [exp.to_identifier(s.alias_or_name, quoted=True) for s in query.selects]
+    return exp.Insert(this=exp.Schema(this=rows.copy(), expressions=names), expression=query)
 
 
 def statements(
@@ -158,29 +241,46 @@ def statements(
     new_context: Callable[[Bindings], Context],
     pending: Callable[[int, TableInfo], exp.Table],
     conflicts: list[list[exp.Column]] | None = None,
+    rows: exp.Table | None = None,
 ) -> Statements:
     """All the statements of one stream table. `new_context` makes a rendering context for bindings;
     `pending(i, source)` names the table holding source i's pending changes; `conflicts`: per source,
-    the columns its writes conflict on (`immediate_keys`; None: every write conflicts)."""
+    the columns its writes conflict on (`immediate_keys`; None: every write conflicts); `rows`: the
+    explicit path's temp table (None: no explicit path)."""
     current = {t.qualified: source_relation(t) for t in sources}
     by_source: list[dict[str, str | None]] = []
+    rows_by_source: list[dict[str, str | None]] = []
     for source in sources:
         events: dict[str, str | None] = {}
+        rows_events: dict[str, str | None] = {}
         for event in EVENTS:
             bindings = Bindings(current=current, delta={source.qualified: transition_changes(source, event)})
             events[event] = render(plan, layout, new_context(bindings), stream_table, target)
+            if rows is not None:
+                rows_events[event] = render_rows(
+                    plan, layout, new_context(bindings), stream_table, target, rows
+                )
         by_source.append(events)
+        rows_by_source.append(rows_events)
     everything = Bindings(
         current=current, delta={t.qualified: pending_changes(pending(i, t), t) for i, t in enumerate(sources)}
     )
     combined = render(plan, layout, new_context(everything), stream_table, target)
     assert combined is not None  # every source changed: some term reaches the table
     contents = stream.contents(plan, layout, new_context(Bindings(current=current)))
-    full = apply_statement(layout, full_delta(stream_table, layout, contents), stream_table, target)
+    recomputed = full_delta(stream_table, layout, contents)
+    full = apply_statement(layout, recomputed, stream_table, target)
     stripes = None
     if conflicts is not None:
         stripes = [
             {event: stripes_of(t, event, columns, columns[0].table if columns else "") for event in EVENTS}
             for t, columns in zip(sources, conflicts, strict=True)
         ]
-    return Statements(by_source, full.sql(DIALECT), combined, stripes)
+    explicit_path = None
+    if rows is not None:
+        rows_combined = render_rows(plan, layout, new_context(everything), stream_table, target, rows)
+        assert rows_combined is not None
+        rows_full = _into(rows, rows_to_apply(layout, recomputed, stream_table, target)).sql(DIALECT)
+        inserts = (rows_by_source, rows_full, rows_combined)
+        explicit_path = _explicit_path(layout, rows, stream_table, target, inserts)
+    return Statements(by_source, full.sql(DIALECT), combined, stripes, explicit_path)

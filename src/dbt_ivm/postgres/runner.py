@@ -359,6 +359,7 @@ class PostgresBackend:
         db, spec = self.db, self.spec
         with db.transaction():
             compiled = compile_query(db, spec, sql)
+            _refuse_for_immediate_config(spec)
             reason = _mode_change(registered, spec) or _rebuild_reason(compiled, registered)
             if reason is None and registered.needs_full:
                 reason = registered.needs_full
@@ -441,8 +442,18 @@ def _mode_change(registered: registry.Registered, spec: StreamTableSpec) -> str 
     return None
 
 
+def _refuse_for_immediate_config(spec: StreamTableSpec) -> None:
+    if spec.user_triggers == "off":
+        raise IvmError(
+            f"model {spec.model}: user_triggers='off' cannot be used with refresh_mode='immediate' (it "
+            "disables the stream table's triggers with ALTER TABLE, a lock no writer's transaction may "
+            "take); use user_triggers='auto' (explicit DML when the table has user triggers) or 'on'"
+        )
+
+
 def _refuse_for_immediate(db: Db, spec: StreamTableSpec, compiled: Compiled) -> None:
     """What IMMEDIATE maintenance cannot do, refused by name."""
+    _refuse_for_immediate_config(spec)
     for source in compiled.sources:
         if immediate.subscribed(db, source):
             raise UnsupportedQuery(
@@ -478,10 +489,24 @@ def _immediate_function(db: Db, spec: StreamTableSpec, compiled: Compiled) -> st
         lambda bindings: context(compiled, bindings),
         lambda index, source: exp.table_(immediate.pending_table(key, index, source), "pg_temp", quoted=True),
         conflicts,
+        exp.table_(immediate.rows_table(key, _shape(compiled)), "pg_temp", quoted=True),
     )
     return immediate.function_sql(
-        spec.catalog_schema, key, _relation(spec), compiled.sources, statements, immediate.search_path(db)
+        spec.catalog_schema,
+        key,
+        _relation(spec),
+        compiled.sources,
+        statements,
+        immediate.search_path(db),
+        always_explicit=spec.user_triggers == "on",
     )
+
+
+def _shape(compiled: Compiled) -> object:
+    """What the stream table's column types follow from: its layout, output types and sources' types."""
+    assert compiled.layout is not None
+    sources = [[(c.name, c.type) for c in t.columns] for t in compiled.sources]
+    return (compiled.layout.columns, [(n, str(t)) for n, t in compiled.output_types], sources)
 
 
 def _column_types(sources: list[TableInfo], columns: list[list[exp.Column]]) -> list[str]:

@@ -8,7 +8,8 @@
   (``ALTER TABLE ... DISABLE TRIGGER``: a SHARE ROW EXCLUSIVE lock on the stream table until commit).
 
 User triggers are the table's enabled, non-internal triggers on INSERT, UPDATE or DELETE, except ours
-(``__ivm_capture_*``, present when the stream table is itself a source of another stream table).
+(``__ivm_capture_*`` and ``__ivm_immediate_*``, present when the stream table is itself a source of
+another stream table).
 ``DISABLE TRIGGER USER`` and ``session_replication_role`` would also silence those, so neither is used.
 """
 
@@ -26,10 +27,10 @@ from dbt_ivm.catalog import qualified_name
 from dbt_ivm.errors import IvmError
 from dbt_ivm.keys import Target
 from dbt_ivm.layout import Layout
-from dbt_ivm.postgres.capture import TRIGGER_PREFIX
+from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TRIGGER_PREFIX
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.spec import RefreshResult, StreamTableSpec, UserTriggers
-from dbt_ivm.sqltext import q
+from dbt_ivm.sqltext import lit, q
 
 # pg_trigger.tgtype bits (PostgreSQL's TRIGGER_TYPE_* in catalog/pg_trigger.h).
 ROW, BEFORE, ON_INSERT, ON_DELETE, ON_UPDATE = 1, 2, 4, 8, 16
@@ -37,6 +38,7 @@ DML_EVENTS = ON_INSERT | ON_DELETE | ON_UPDATE
 # How a trigger that `off` disabled is enabled again, by its pg_trigger.tgenabled.
 ENABLE_FORMS = {"O": "ENABLE TRIGGER", "A": "ENABLE ALWAYS TRIGGER", "R": "ENABLE REPLICA TRIGGER"}
 MAX_CHANNEL_BYTES = 63  # NAMEDATALEN - 1
+OURS = (TRIGGER_PREFIX, IMMEDIATE_TRIGGER_PREFIX)  # trigger names that are dbt-ivm's, not the user's
 
 
 @dataclass(frozen=True)
@@ -55,13 +57,22 @@ class UserTrigger:
         return self.row_level and bool(self.tgtype & BEFORE)
 
 
+def enabled_condition(relation: str, alias: str = "t") -> str:
+    """SQL: pg_trigger row `alias` is an enabled user trigger on INSERT/UPDATE/DELETE of `relation`
+    (an expression naming the table's oid): not internal, not one of ours."""
+    return (
+        f"{alias}.tgrelid = {relation} AND NOT {alias}.tgisinternal AND {alias}.tgenabled <> 'D' "
+        f"AND ({alias}.tgtype & {DML_EVENTS}) <> 0 "
+        + "".join(f"AND NOT pg_catalog.starts_with({alias}.tgname, {lit(p)}) " for p in OURS)
+    ).rstrip()
+
+
 def find(db: Db, relation: str) -> list[UserTrigger]:
     """The stream table's enabled user triggers on INSERT/UPDATE/DELETE (ours excluded), by name."""
     rows = db.rows(
-        "SELECT tgname, tgenabled, tgtype FROM pg_trigger WHERE tgrelid = %s::regclass "
-        "AND NOT tgisinternal AND tgenabled <> 'D' AND (tgtype & %s) <> 0 "
-        "AND NOT starts_with(tgname, %s) ORDER BY tgname",
-        (relation, DML_EVENTS, TRIGGER_PREFIX),
+        "SELECT t.tgname, t.tgenabled, t.tgtype FROM pg_catalog.pg_trigger t "
+        f"WHERE {enabled_condition('%s::regclass')} ORDER BY t.tgname",
+        (relation,),
     )
     return [UserTrigger(str(name), str(enabled), int(tgtype)) for name, enabled, tgtype in rows]
 
