@@ -61,6 +61,9 @@ INSUFFICIENT_PRIVILEGE = "42501"
 UNDEFINED_FUNCTION = "42883"
 # Errors that must reach the writer: its transaction is to be retried, or it asked not to wait.
 PASSED_ON = ("serialization_failure", "deadlock_detected", "lock_not_available")
+# How many times one statement recomputes while user triggers on the stream table keep writing its
+# sources mid-apply, before it gives up (the next dbt run rebuilds).
+RECOMPUTE_ROUNDS = 8
 
 
 def tag_of(stream_table: str) -> str:
@@ -85,12 +88,14 @@ class Settings:
 
     under_way: str  # statements whose AFTER trigger has not fired yet
     pending: str  # 'on': rows wait in the pending tables
-    full: str  # 'on': a TRUNCATE happened, recompute
+    full: str  # 'on': recompute (a TRUNCATE happened, or a user trigger wrote a source mid-apply)
+    applying: str  # 'on': explicit DML is writing the stream table (its user triggers may write sources)
 
     @staticmethod
     def of(stream_table: str) -> Settings:
         tag = tag_of(stream_table)
-        return Settings(f"dbt_ivm.under_way_{tag}", f"dbt_ivm.pending_{tag}", f"dbt_ivm.full_{tag}")
+        names = (f"dbt_ivm.{kind}_{tag}" for kind in ("under_way", "pending", "full", "applying"))
+        return Settings(*names)
 
 
 def _setting(name: str) -> str:
@@ -142,12 +147,19 @@ def _create_pending(stream_table: str, sources: list[TableInfo]) -> str:
 def _own_temp_table(name: str, definition: str) -> str:
     """Create temp table `name` (quoted) once per session, and make sure it is ours: a writer could
     have created one under that name first (then its DEFAULTs or triggers would run with our rights)."""
-    found = f"pg_catalog.to_regclass({lit('pg_temp.' + name)})"
+    return f"{_create_once(name, definition)} IF NOT {_ours(name)} THEN RAISE EXCEPTION 'dbt-ivm: % is not dbt-ivm''s own', {lit(name)}; END IF;"
+
+
+def _create_once(name: str, definition: str) -> str:
+    return f"IF pg_catalog.to_regclass({lit('pg_temp.' + name)}) IS NULL THEN CREATE TEMP TABLE {name} {definition}; END IF;"
+
+
+def _ours(name: str) -> str:
+    """SQL: temp table `name` belongs to this function's role and has no triggers or rules."""
     return (
-        f"IF {found} IS NULL THEN CREATE TEMP TABLE {name} {definition}; END IF; "
-        f"IF (SELECT c.relowner <> r.oid OR c.relhastriggers OR c.relhasrules FROM pg_catalog.pg_class c, "
-        f"pg_catalog.pg_roles r WHERE c.oid = {found} AND r.rolname = current_user) THEN "
-        f"RAISE EXCEPTION 'dbt-ivm: % is not dbt-ivm''s own', {lit(name)}; END IF;"
+        f"COALESCE((SELECT c.relowner = r.oid AND NOT c.relhastriggers AND NOT c.relhasrules "
+        f"FROM pg_catalog.pg_class c, pg_catalog.pg_roles r WHERE c.oid = pg_catalog.to_regclass("
+        f"{lit('pg_temp.' + name)}) AND r.rolname = current_user), false)"
     )
 
 
@@ -157,51 +169,63 @@ def rows_table(stream_table: str, shape: object) -> str:
     return f"__ivm_rows_{tag_of(stream_table)}_{hashlib.sha256(repr(shape).encode()).hexdigest()[:8]}"
 
 
-def _wants_explicit(relation: str, always: bool) -> str:
-    """Does this write apply through explicit DML? Always with user_triggers='on'; with 'auto' when the
-    stream table has user triggers now (looked up per write: a trigger created since counts)."""
-    if always:
-        return "true"
-    found = user_triggers.enabled_condition(f"pg_catalog.to_regclass({lit(relation)})")
-    return f"EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE {found})"
+@dataclass(frozen=True)
+class _Explicit:
+    """How the function picks explicit DML over the MERGE (user triggers on the stream table)."""
 
+    path: ExplicitPath | None
+    relation: str
+    always: bool  # user_triggers='on'
+    applying: str  # the setting that is 'on' while explicit DML writes the stream table
 
-def _apply_rows(path: ExplicitPath, relation: str) -> str:
-    """Apply the rows table with only the statements that change something, then empty it; warn when
-    a BEFORE row trigger changed or skipped rows (the table then differs from its query)."""
-    counted = (
-        "__ivm_inserted, __ivm_updated, __ivm_deleted"
-        if path.update is not None
-        else "__ivm_inserted, __ivm_deleted"
-    )
-    update = f"IF __ivm_updated > 0 THEN {path.update}; END IF; " if path.update is not None else ""
-    before_row = user_triggers.enabled_condition(f"pg_catalog.to_regclass({lit(relation)})")
-    before_row += f" AND (t.tgtype & {user_triggers.ROW | user_triggers.BEFORE}) = {user_triggers.ROW | user_triggers.BEFORE}"
-    return (
-        f"SELECT * INTO {counted} FROM ({path.counts}) AS c; "
-        f"IF __ivm_deleted > 0 THEN {path.delete}; END IF; {update}"
-        f"IF __ivm_inserted > 0 THEN {path.insert}; END IF; "
-        f"IF EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE {before_row}) THEN "
-        f"SELECT * INTO __ivm_differing FROM ({path.mismatches}) AS m; "
-        f"IF __ivm_differing > 0 THEN RAISE WARNING 'dbt-ivm: % row(s) written to % read back different from "
-        f"the query''s result: a BEFORE trigger changed or skipped them', __ivm_differing, {lit(relation)}; "
-        f"END IF; END IF; DELETE FROM {path.rows};"
-    )
+    def wanted(self) -> str:
+        """Always with user_triggers='on'; with 'auto' when the stream table has user triggers now
+        (looked up per write: a trigger created since `dbt run` counts at once)."""
+        if self.always:
+            return "true"
+        found = user_triggers.enabled_condition(f"pg_catalog.to_regclass({lit(self.relation)})")
+        return f"EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE {found})"
 
+    def or_merge(self, fill: str, merge: str) -> str:
+        """`fill` the rows table, then apply its rows, when explicit DML is wanted and the session's
+        rows table is ours (a writer may have taken its name: then the MERGE, whose row triggers fire
+        too); else `merge`."""
+        path = self.path
+        if path is None:
+            return merge
+        name = path.rows.removeprefix('"pg_temp".')
+        # Only the columns and their types: no constraint or default of the stream table comes along.
+        columns = ", ".join(q(c) for c in path.columns)
+        definition = f"AS SELECT {columns}, NULL::bigint AS {q(WEIGHT)} FROM {self.relation} WITH NO DATA"
+        return (
+            f"IF {self.wanted()} THEN {_create_once(name, definition)} "
+            f"IF {_ours(name)} THEN {fill} {self._apply_rows(path)} ELSE {merge} END IF; "
+            f"ELSE {merge} END IF;"
+        )
 
-def _explicit_or_merge(
-    explicit: str, merge: str, path: ExplicitPath | None, relation: str, always: bool
-) -> str:
-    """`explicit` (filling the rows table) then applying its rows when the stream table has user
-    triggers, else `merge`."""
-    if path is None:
-        return merge
-    name = path.rows.removeprefix('"pg_temp".')
-    create = _own_temp_table(name, f"(LIKE {relation}, {q(WEIGHT)} bigint)")
-    return (
-        f"IF {_wants_explicit(relation, always)} THEN {create} {explicit} {_apply_rows(path, relation)} "
-        f"ELSE {merge} END IF;"
-    )
+    def _apply_rows(self, path: ExplicitPath) -> str:
+        """Apply the rows table with only the statements that change something, then empty it; warn
+        when a BEFORE row trigger changed or skipped rows (the table then differs from its query).
+        The rows were computed against the stream table as it was: a user trigger that writes a
+        source between the three statements gets the stream table recomputed afterwards (`applying`)."""
+        counted = (
+            "__ivm_inserted, __ivm_updated, __ivm_deleted" if path.update else "__ivm_inserted, __ivm_deleted"
+        )
+        update = f"IF __ivm_updated > 0 THEN {path.update}; END IF; " if path.update else ""
+        before_row = user_triggers.enabled_condition(f"pg_catalog.to_regclass({lit(self.relation)})")
+        before = user_triggers.ROW | user_triggers.BEFORE
+        before_row += f" AND (t.tgtype & {before}) = {before}"
+        on, off = _set(self.applying, "'on'"), _set(self.applying, "'off'")
+        return (
+            f"SELECT * INTO {counted} FROM ({path.counts}) AS c; {on} "
+            f"IF __ivm_deleted > 0 THEN {path.delete}; END IF; {update}"
+            f"IF __ivm_inserted > 0 THEN {path.insert}; END IF; {off} "
+            f"IF EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE {before_row}) THEN "
+            f"SELECT * INTO __ivm_differing FROM ({path.mismatches}) AS m; "
+            f"IF __ivm_differing > 0 THEN RAISE WARNING 'dbt-ivm: % row(s) written to % read back different "
+            f"from the query''s result: a BEFORE trigger changed or skipped them', __ivm_differing, "
+            f"{lit(self.relation)}; END IF; END IF; DELETE FROM {path.rows};"
+        )
 
 
 def _clear_pending(stream_table: str, sources: list[TableInfo]) -> str:
@@ -222,7 +246,7 @@ def _turn(catalog: str, stream_table: str, stripes: str | None) -> str:
     )
 
 
-def _by_source(catalog: str, stream_table: str, relation: str, statements: Statements, always: bool) -> str:
+def _by_source(catalog: str, stream_table: str, statements: Statements, explicit: _Explicit) -> str:
     """Apply this statement's own transition table: one branch per source and event, each taking
     its turn on the stripes its rows conflict on first."""
     path = statements.explicit
@@ -236,10 +260,7 @@ def _by_source(catalog: str, stream_table: str, relation: str, statements: State
                 catalog, stream_table, statements.stripes[index][event] if statements.stripes else None
             )
             rows = f"{path.by_source[index][event]};" if path is not None else ""
-            inner.append(
-                f"TG_OP = {lit(event)} THEN {turn} "
-                + _explicit_or_merge(rows, f"{text};", path, relation, always)
-            )
+            inner.append(f"TG_OP = {lit(event)} THEN {turn} " + explicit.or_merge(rows, f"{text};"))
         body = ("IF " + " ELSIF ".join(inner) + " END IF;") if inner else "NULL;"
         branches.append(f"TG_ARGV[0] = {lit(str(index))} THEN {body}")
     return "IF " + " ELSIF ".join(branches) + " END IF;"
@@ -268,7 +289,6 @@ def function_sql(
     user_triggers='on' (apply through explicit DML even without user triggers)."""
     s = Settings.of(stream_table)
     state = qn(catalog, STATE_TABLE)
-    path = statements.explicit
     stash = "".join(
         f"{'IF' if i == 0 else 'ELSIF'} TG_ARGV[0] = {lit(str(i))} THEN {_stash(catalog, stream_table, i, t)} "
         for i, t in enumerate(sources)
@@ -280,9 +300,13 @@ def function_sql(
         f"RAISE WARNING 'dbt-ivm: stream table % was not maintained (%): the next dbt run rebuilds it', "
         f"{lit(stream_table)}, SQLERRM; END IF;"
     )
+    explicit = _Explicit(statements.explicit, relation, always_explicit, s.applying)
+    path = statements.explicit
+    passed_on = " OR ".join(PASSED_ON)
     body = f"""#variable_conflict use_column
 DECLARE {EMPTY} boolean := false;
   __ivm_inserted bigint; __ivm_updated bigint; __ivm_deleted bigint; __ivm_differing bigint;
+  __ivm_failed boolean := false;
 BEGIN
   IF TG_WHEN = 'BEFORE' THEN
     {_set(s.under_way, f"({_under_way(s)} + 1)::text")}
@@ -290,7 +314,9 @@ BEGIN
   END IF;
   {_set(s.under_way, f"GREATEST({_under_way(s)} - 1, 0)::text")}
   {_nothing_changed()}
-  IF TG_OP = 'TRUNCATE' THEN
+  IF TG_OP = 'TRUNCATE' OR {_setting(s.applying)} = 'on' THEN
+    -- (a user trigger on the stream table wrote a source between our explicit statements: the rows
+    -- they apply predate it, so the stream table is recomputed once they are done)
     {_set(s.full, "'on'")}
   ELSIF {EMPTY} THEN
     NULL;
@@ -299,36 +325,47 @@ BEGIN
       {_create_pending(stream_table, sources)}
       {stash}END IF;
       {_set(s.pending, "'on'")}
-    EXCEPTION WHEN {" OR ".join(PASSED_ON)} THEN RAISE;
+    EXCEPTION WHEN {passed_on} THEN RAISE;
     WHEN OTHERS THEN {_set(s.full, "'on'")}  -- recompute instead, at the end of the statement
     END;
   ELSIF {_setting(s.full)} <> 'on' THEN
     BEGIN
-      {_by_source(catalog, stream_table, relation, statements, always_explicit)}
-    EXCEPTION WHEN {" OR ".join(PASSED_ON)} THEN RAISE;
+      {_by_source(catalog, stream_table, statements, explicit)}
+    EXCEPTION WHEN {passed_on} THEN RAISE;
     WHEN OTHERS THEN {failed}
     END;
-    RETURN NULL;
+    IF {_setting(s.full)} <> 'on' THEN
+      RETURN NULL;
+    END IF;
   END IF;
-  IF {_under_way(s)} > 0 OR ({_setting(s.pending)} <> 'on' AND {_setting(s.full)} <> 'on') THEN
+  IF {_under_way(s)} > 0 OR {_setting(s.applying)} = 'on'
+     OR ({_setting(s.pending)} <> 'on' AND {_setting(s.full)} <> 'on') THEN
     RETURN NULL;
   END IF;
   {_turn(catalog, stream_table, None)}
-  BEGIN
-    IF {_setting(s.full)} = 'on' THEN
-      {_explicit_or_merge(f"{path.full};" if path else "", f"{statements.full};", path, relation, always_explicit)}
-      -- A TRUNCATE gave the source new storage: this recompute accounts for it.
-      UPDATE {state} SET storage = ({storage_sql(stream_table, sources)}) WHERE stream_table = {lit(stream_table)};
-    ELSE
-      {_explicit_or_merge(f"EXECUTE {lit(path.combined)};" if path else "", f"EXECUTE {lit(statements.combined)};", path, relation, always_explicit)}
+  FOR __ivm_round IN 1..{RECOMPUTE_ROUNDS} LOOP
+    BEGIN
+      IF {_setting(s.full)} = 'on' THEN
+        {_set(s.full, "'off'")}
+        {explicit.or_merge(f"{path.full};" if path else "", f"{statements.full};")}
+        -- A TRUNCATE gave the source new storage: this recompute accounts for it.
+        UPDATE {state} SET storage = ({storage_sql(stream_table, sources)}) WHERE stream_table = {lit(stream_table)};
+      ELSE
+        {explicit.or_merge(f"EXECUTE {lit(path.combined)};" if path else "", f"EXECUTE {lit(statements.combined)};")}
+      END IF;
+    EXCEPTION WHEN {passed_on} THEN RAISE;
+    WHEN OTHERS THEN {failed} __ivm_failed := true;
+    END;
+    IF {_setting(s.pending)} = 'on' THEN
+      {_clear_pending(stream_table, sources)}
     END IF;
-  EXCEPTION WHEN {" OR ".join(PASSED_ON)} THEN RAISE;
-  WHEN OTHERS THEN {failed}
-  END;
-  IF {_setting(s.pending)} = 'on' THEN
-    {_clear_pending(stream_table, sources)}
+    {_set(s.pending, "'off'")}
+    EXIT WHEN __ivm_failed OR {_setting(s.full)} <> 'on';
+  END LOOP;
+  IF {_setting(s.full)} = 'on' AND NOT __ivm_failed THEN
+    UPDATE {qn(catalog, "stream_tables")} SET needs_full = 'immediate maintenance: user triggers on the stream table kept writing its sources' WHERE stream_table = {lit(stream_table)};
+    RAISE WARNING 'dbt-ivm: stream table % was not maintained (user triggers on it kept writing its sources): the next dbt run rebuilds it', {lit(stream_table)};
   END IF;
-  {_set(s.pending, "'off'")}
   {_set(s.full, "'off'")}
   RETURN NULL;
 END

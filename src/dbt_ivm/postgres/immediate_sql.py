@@ -34,8 +34,8 @@ from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.compact import compacted, row_image
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
-from dbt_ivm.keys import Target
-from dbt_ivm.layout import Layout
+from dbt_ivm.keys import Target, with_hash
+from dbt_ivm.layout import DUP, Layout
 from dbt_ivm.plan.nodes import Plan
 from dbt_ivm.reserved import internal_columns, renamed_select, source_relation
 from dbt_ivm.sqltext import WEIGHT
@@ -68,6 +68,7 @@ class ExplicitPath:
     INSERT (`apply/explicit`) that change something, so user triggers fire as on any table."""
 
     rows: str  # the temp table, qualified
+    columns: list[str]  # the stream table's columns it holds (besides the weight)
     by_source: list[dict[str, str | None]]
     full: str
     combined: str
@@ -214,8 +215,12 @@ def _explicit_path(
         counts = keyed.counts(layout, rows, stream_table, target)
         mismatches = explicit.keyed_mismatches(layout, rows, stream_table, target)
     by_source, full, combined = inserts
+    carried = [c for c in with_hash(layout.columns, layout.key, target)]
+    if layout.kind == "multiset":
+        carried.append(DUP)
     return ExplicitPath(
         rows=rows.sql(DIALECT),
+        columns=carried,
         by_source=by_source,
         full=full,
         combined=combined,

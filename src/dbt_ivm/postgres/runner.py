@@ -443,7 +443,7 @@ def _mode_change(registered: registry.Registered, spec: StreamTableSpec) -> str 
 
 
 def _refuse_for_immediate_config(spec: StreamTableSpec) -> None:
-    if spec.user_triggers == "off":
+    if spec.refresh_mode == "immediate" and spec.user_triggers == "off":
         raise IvmError(
             f"model {spec.model}: user_triggers='off' cannot be used with refresh_mode='immediate' (it "
             "disables the stream table's triggers with ALTER TABLE, a lock no writer's transaction may "
