@@ -13,6 +13,7 @@ import copy
 import io
 import os
 import random
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -256,6 +257,28 @@ def test_a_user_trigger_that_writes_a_source_again(pg_conn: Any) -> None:
     execute(pg_conn, "INSERT INTO orders VALUES (900, 50, 5), (902, 1, 7)")
     assert value(pg_conn, "SELECT n FROM customer_totals WHERE customer_id = 50") == 2
     _check_all(pg_conn, {"customer_totals": CUSTOMER_TOTALS}, "after nested maintenance")
+
+
+def test_a_rows_table_taken_by_the_writer_falls_back_to_the_merge(pg_conn: Any, pg_dsn: str) -> None:
+    """A writer whose session made a table under the explicit path's temp-table name (its name is in
+    the function's source, which anyone may read) gets the MERGE: maintained, its row triggers fire."""
+    _orders_and_customers(pg_conn, {"customer_totals": CUSTOMER_TOTALS})
+    _audit(pg_conn, ["customer_totals"])
+    execute(pg_conn, "CREATE ROLE squatter LOGIN; GRANT INSERT ON orders TO squatter")
+    source = value(pg_conn, "SELECT prosrc FROM pg_proc WHERE proname LIKE 'immediate\\_%'")
+    taken = re.search(r"(__ivm_rows_[0-9a-f_]+)", source)
+    assert taken is not None
+    squatter = connect(pg_dsn.replace("user=postgres", "user=squatter"))
+    try:
+        execute(squatter, f'CREATE TEMP TABLE "{taken.group(1)}" (x int)')
+        squatter.notices.clear()
+        execute(squatter, "INSERT INTO public.orders VALUES (800, 2, 3)")
+        assert not squatter.notices, squatter.notices
+    finally:
+        squatter.close()
+    _check_all(pg_conn, {"customer_totals": CUSTOMER_TOTALS}, "rows table taken")
+    assert value(pg_conn, "SELECT count(*) FROM audit WHERE op = 'UPDATE'") == 1
+    assert value(pg_conn, "SELECT needs_full FROM dbt_ivm.stream_tables") is None
 
 
 def test_user_triggers_on_a_keyless_stream_table(pg_conn: Any) -> None:
