@@ -26,3 +26,29 @@ class InvalidQuery(IvmError):
     def __init__(self, model: str, detail: str) -> None:
         self.model = model
         super().__init__(f"model {model} is not a valid query: {detail}")
+
+
+class IncomparableColumn(IvmError):
+    """A result column whose type the engine cannot compare (Spark: a map): rows cannot be matched."""
+
+    def __init__(self, model: str, column: str, type_name: str) -> None:
+        self.model = model
+        super().__init__(
+            f"model {model}: column {column} of type {type_name} cannot be compared (Spark has no "
+            "equality or ordering for maps), and a stream table matches its rows by value; select "
+            f"to_json({column}) or array_sort(map_entries({column})) instead, or materialize the "
+            "model as a table"
+        )
+
+
+class KeyNotUnique(IvmError):
+    """A source's declared key (one nothing enforces) holds a value twice."""
+
+    def __init__(self, model: str, detail: str) -> None:
+        self.model = model
+        super().__init__(
+            f"model {model}: {detail}, so the stream table, which holds each key once, would lose rows "
+            "(it was left as it was). Remove the duplicate rows, or drop the declaration (ALTER TABLE … "
+            "DROP IDENTIFIER FIELDS, or UNSET TBLPROPERTIES ('dbt_ivm.primary_key')): the next run then "
+            "rebuilds the stream table without that key"
+        )

@@ -18,6 +18,8 @@ through a relation that renames them.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlglot import exp
 
 from dbt_ivm.catalog import TableInfo
@@ -37,18 +39,21 @@ def internal_column(table: TableInfo, column: str) -> str:
     return f"{HIDDEN_PREFIX}c{position}"
 
 
-def internal_columns(table: TableInfo) -> list[str]:
-    return [internal_column(table, c) for c in table.column_names()]
+def internal_columns(table: TableInfo, only: Collection[str] | None = None) -> list[str]:
+    """The internal names of the table's columns (`only`: of those columns only), in table order."""
+    return [internal_column(table, c) for c in table.column_names() if only is None or c in only]
 
 
 def needs_renaming(table: TableInfo) -> bool:
     return any(is_reserved(c) for c in table.column_names())
 
 
-def renamed_select(table: TableInfo) -> list[exp.Expr]:
-    """A select list of the table's columns under their internal names."""
+def renamed_select(table: TableInfo, only: Collection[str] | None = None) -> list[exp.Expr]:
+    """A select list of the table's columns (`only`: of those columns only) under their internal names."""
     columns: list[exp.Expr] = []
     for name in table.column_names():
+        if only is not None and name not in only:
+            continue
         internal = internal_column(table, name)
         column = exp.column(name, quoted=True)
         columns.append(column if name == internal else exp.alias_(column, internal, quoted=True))

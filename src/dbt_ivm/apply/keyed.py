@@ -37,12 +37,21 @@ from dbt_ivm.layout import Layout
 from dbt_ivm.sqltext import WEIGHT, all_of, columns
 
 RANK, ACTION, PRESENT = "__ivm_rank", "__ivm_action", "__ivm_present"
+# Per key of a checked delta: how many rows add, how many remove, the largest |weight|.
+ADDING, REMOVING, WIDEST = "__ivm_adding", "__ivm_removing", "__ivm_widest"
+VIOLATES = "X"  # the action of a row that shows the key is not unique (see `classified_rows`)
 ROWS = "r"  # the rows' alias in the statements below
 
 
-def consolidated_rows(layout: Layout, row_delta: exp.Expr, target: Target) -> exp.Select:
+def consolidated_rows(
+    layout: Layout, row_delta: exp.Expr, target: Target, checked: bool = False
+) -> exp.Select:
     """One row per affected key: its columns, weight (>0 upsert, <0 delete) and, where the target
-    stores one, its key hash. `row_delta`: a query or relation of layout columns + weight."""
+    stores one, its key hash. `row_delta`: a query or relation of layout columns + weight.
+
+    `checked`: also what `classified_rows` needs to tell that the key is not unique in the sources
+    (a declared key nothing enforces): how many of the key's rows add and remove, and the largest
+    weight among them."""
     weight = exp.column(WEIGHT, quoted=True)
     summed = (
         exp.select(*columns(layout.columns), exp.alias_(exp.func("SUM", weight), WEIGHT, quoted=True))
@@ -54,15 +63,62 @@ def consolidated_rows(layout: Layout, row_delta: exp.Expr, target: Target) -> ex
         partition_by=columns(layout.key) or None,
         order=exp.Order(expressions=[exp.Ordered(this=weight.copy(), desc=True, nulls_first=True)]),
     )
+    tallies = _key_tallies(layout) if checked else []
     ranked = (
-        exp.select(*columns(layout.columns), weight.copy(), exp.alias_(rank, RANK, quoted=True))
+        exp.select(*columns(layout.columns), weight.copy(), exp.alias_(rank, RANK, quoted=True), *tallies)
         .from_(aliased(summed, "__ivm_summed"))
         .where(exp.NEQ(this=weight.copy(), expression=exp.Literal.number(0)))
     )
+    carried = columns([ADDING, REMOVING, WIDEST]) if checked else []
     return (
-        exp.select(*columns(layout.columns), weight.copy(), *hash_column(layout.key, target))
+        exp.select(*columns(layout.columns), weight.copy(), *hash_column(layout.key, target), *carried)
         .from_(aliased(ranked, "__ivm_ranked"))
         .where(exp.EQ(this=exp.column(RANK, quoted=True), expression=exp.Literal.number(1)))
+    )
+
+
+def _key_tallies(layout: Layout) -> list[exp.Expr]:
+    weight = exp.column(WEIGHT, quoted=True)
+
+    def per_key(aggregate: exp.Expr, name: str) -> exp.Expr:
+        return exp.alias_(
+            exp.Window(this=aggregate, partition_by=columns(layout.key) or None), name, quoted=True
+        )
+
+    def counted(comparison: type[exp.Binary]) -> exp.Expr:
+        return exp.Count(this=exp.Case().when(weight_is(comparison), exp.Literal.number(1)))
+
+    return [
+        per_key(counted(exp.GT), ADDING),
+        per_key(counted(exp.LT), REMOVING),
+        per_key(exp.Max(this=exp.Abs(this=weight.copy())), WIDEST),
+    ]
+
+
+def _violates_key(layout: Layout, present: exp.Expr) -> exp.Expr:
+    """A consolidated row that cannot happen while every source row's key is unique. The stored table
+    holds each key once, so a key's batch removes at most its stored row (the same values) and adds
+    at most one row, and a key stored already can only gain a row if its stored row goes."""
+
+    def tally(name: str) -> exp.Column:
+        return exp.column(name, ROWS, quoted=True)
+
+    one = exp.Literal.number(1)
+    return exp.or_(
+        exp.GT(this=tally(ADDING), expression=one.copy()),
+        exp.GT(this=tally(REMOVING), expression=one.copy()),
+        exp.GT(this=tally(WIDEST), expression=one.copy()),
+        all_of(
+            weight_is(exp.GT, ROWS),
+            present.copy(),
+            exp.EQ(this=tally(REMOVING), expression=exp.Literal.number(0)),
+        ),
+        all_of(
+            weight_is(exp.LT, ROWS),
+            exp.or_(
+                exp.Is(this=present.copy(), expression=exp.null()), changed(STORED, ROWS, layout.columns)
+            ),
+        ),
     )
 
 
@@ -115,14 +171,22 @@ def _merge(
     return merge_into(stream_table, rows, ROWS, same_key(STORED, layout.key, ROWS, target), whens)
 
 
-def classified_rows(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Select:
+def classified_rows(
+    layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target, checked: bool = False
+) -> exp.Select:
     """The consolidated rows that change something, each with what the MERGE will do to it:
     'I' insert, 'U' update (values differ), 'D' delete. Decided once against the stream table, so
-    counting them and the MERGE (`classified_merge`) need no second look at its rows."""
+    counting them and the MERGE (`classified_merge`) need no second look at its rows.
+
+    `checked` (rows from `consolidated_rows(..., checked=True)`): a row that shows a source key is
+    not unique is classified `VIOLATES` instead, so the caller can refuse the batch rather than
+    write a table that silently lost a row."""
     present = exp.column(PRESENT, STORED, quoted=True)
+    action = exp.Case()
+    if checked:
+        action = action.when(_violates_key(layout, present), exp.Literal.string(VIOLATES))
     action = (
-        exp.Case()
-        .when(weight_is(exp.LT, ROWS), exp.Case().when(present.copy(), exp.Literal.string("D")))
+        action.when(weight_is(exp.LT, ROWS), exp.Case().when(present.copy(), exp.Literal.string("D")))
         .when(exp.Is(this=present.copy(), expression=exp.null()), exp.Literal.string("I"))
         .when(changed(STORED, ROWS, layout.columns), exp.Literal.string("U"))
     )

@@ -122,6 +122,7 @@ class Prepared:
     updated: int
     deleted: int
     merge: str  # Spark SQL
+    violations: int = 0  # rows showing that a source's declared key is not unique (keyed layouts)
 
     @property
     def changes_anything(self) -> bool:
@@ -136,15 +137,20 @@ def prepare(spark: Any, views: TempViews, table: exp.Table, layout: Layout, delt
         row = spark.sql(multiset.ops_counts(ops).sql(DIALECT)).collect()[0]
         merge = multiset.merge(layout, ops, table, SPARK).sql(DIALECT)
         return Prepared(int(row[0]), 0, int(row[1]), merge)
-    consolidated = keyed.consolidated_rows(layout, delta, SPARK)
-    rows = views.pinned("rows", keyed.classified_rows(layout, consolidated, table, SPARK))
+    # Nothing enforces a key on Spark: rows keyed by source keys check that those are unique.
+    checked = layout.kind == "keyed"
+    consolidated = keyed.consolidated_rows(layout, delta, SPARK, checked)
+    rows = views.pinned("rows", keyed.classified_rows(layout, consolidated, table, SPARK, checked))
     action = exp.column(keyed.ACTION, quoted=True)
     counts = exp.select(
-        *[exp.CountIf(this=exp.EQ(this=action.copy(), expression=exp.Literal.string(a))) for a in "IUD"]
+        *[
+            exp.CountIf(this=exp.EQ(this=action.copy(), expression=exp.Literal.string(a)))
+            for a in ("I", "U", "D", keyed.VIOLATES)
+        ]
     ).from_(rows)
     found = spark.sql(counts.sql(DIALECT)).collect()[0]
     merge = keyed.classified_merge(layout, rows, table, SPARK).sql(DIALECT)
-    return Prepared(int(found[0]), int(found[1]), int(found[2]), merge)
+    return Prepared(int(found[0]), int(found[1]), int(found[2]), merge, int(found[3]))
 
 
 def ordinal_ops(layout: Layout, summed: exp.Expr, stream_table: exp.Table) -> exp.Select:

@@ -85,6 +85,20 @@ class SparkCatalog:
         return found
 
 
+def incomparable(spark_type: str) -> bool:
+    """Spark cannot compare, group, sort or set-operate on a map, nor on anything holding one."""
+    return "map<" in spark_type.lower()
+
+
+def incomparable_columns(table: TableInfo, only: Sequence[str] | None = None) -> list[str]:
+    """The columns of `table` (of `only`, if given) Spark cannot compare, as `name (type)`."""
+    return [
+        f"{c.name} ({c.type})"
+        for c in table.columns
+        if (only is None or c.name in only) and incomparable(c.type)
+    ]
+
+
 def _properties(spark: Any, relation: str) -> dict[str, str]:
     return {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {relation}").collect()}
 

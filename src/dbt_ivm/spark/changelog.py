@@ -30,6 +30,7 @@ it, tried in this order:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -84,13 +85,15 @@ def create_change_view(
     start_snapshot_id: int | None,
     end_snapshot_id: int | None = None,
     expected_table_uuid: str | None = None,
+    read: Sequence[str] | None = None,
 ) -> ChangeView:
     """Create the session temp view `view_name` of `table`'s changes after `start_snapshot_id` up to
     `end_snapshot_id` (default: the current snapshot).
 
     `start_snapshot_id` None means the table had no snapshot at the start: every row at the end is an
     insert. `expected_table_uuid` (recorded with the start snapshot) detects a table that was dropped
-    and re-created under the same name.
+    and re-created under the same name. `read`: the only columns the view carries (default: all);
+    the others may hold values no set operation can compare (a map).
     """
     label = ".".join(name_parts(table))
 
@@ -108,7 +111,7 @@ def create_change_view(
     end = version.snapshot_id if end_snapshot_id is None else end_snapshot_id
     if end is None:
         if start_snapshot_id is None:  # never written: nothing changed
-            columns = tuple(name for name, _ in columns_at(spark, table, None))
+            columns = _only(tuple(name for name, _ in columns_at(spark, table, None)), read)
             _create_empty_view(spark, table, view_name, columns)
             return ChangeView("changelog", view_name, label, None, None, columns)
         return full(f"{label} has no current snapshot", end)
@@ -116,7 +119,7 @@ def create_change_view(
     if not known.end_exists:
         return full(f"snapshot {end} of {label} does not exist (expired?)", end)
     end_columns = columns_at(spark, table, end)
-    columns = tuple(name for name, _ in end_columns)
+    columns = _only(tuple(name for name, _ in end_columns), read)
     if start_snapshot_id is None:
         _create_diff_view(spark, table, view_name, columns, None, end)
         return ChangeView(
@@ -147,6 +150,13 @@ def create_change_view(
             return ChangeView("changelog", view_name, label, start_snapshot_id, end, columns, None, images)
     _create_diff_view(spark, table, view_name, columns, start_snapshot_id, end)
     return ChangeView("snapshot_diff", view_name, label, start_snapshot_id, end, columns, reason, images)
+
+
+def _only(columns: tuple[str, ...], read: Sequence[str] | None) -> tuple[str, ...]:
+    if read is None:
+        return columns
+    wanted = {name.lower() for name in read}  # Spark resolves names without regard to case
+    return tuple(name for name in columns if name.lower() in wanted)
 
 
 def _why_not_changelog(label: str, start: int, end: int, chain: list[Snapshot] | None) -> str | None:

@@ -40,16 +40,17 @@ from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import qualified_name, views_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
-from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
+from dbt_ivm.errors import IncomparableColumn, InvalidQuery, KeyNotUnique, UnsupportedQuery
 from dbt_ivm.keys import SPARK
 from dbt_ivm.layout import DUP, HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Plan, scans_in, whole_input_reason
+from dbt_ivm.plan.reads import columns_read
 from dbt_ivm.reserved import renamed_select, source_relation, table_of
 from dbt_ivm.spark import apply as spark_apply
-from dbt_ivm.spark import auto_cost, registry, session_conf, source_changes
+from dbt_ivm.spark import auto_cost, key_check, registry, session_conf, source_changes
 from dbt_ivm.spark.apply import TempViews, bt
-from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable
+from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable, incomparable
 from dbt_ivm.spark.commit import Stamp, commit_with, current_stamp, stamp_without_data
 from dbt_ivm.spark.iceberg import current_snapshot_id
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
@@ -70,6 +71,7 @@ class Compiled:
     call_types: dict[int, dict[int, str]]  # by id() of the Aggregate node, then call index
     output_names: list[str]
     views_digest: str = ""  # the bodies of the views the query reads (see `views_digest`)
+    reads: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # see `columns_read`
 
     @property
     def not_iceberg(self) -> list[SparkTable]:
@@ -106,9 +108,13 @@ def _refresh_lock(spec: StreamTableSpec) -> Iterator[None]:
 def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
     """Plan `sql` (Spark SQL). Invalid SQL raises InvalidQuery naming the model."""
     try:
-        output_names = [f.name for f in spark.sql(sql).schema.fields]
+        fields = spark.sql(sql).schema.fields
     except Exception as error:
         raise InvalidQuery(spec.model, str(error).strip().splitlines()[0]) from error
+    output_names = [f.name for f in fields]
+    for field in fields:
+        if incomparable(field.dataType.simpleString()):
+            raise IncomparableColumn(spec.model, field.name, field.dataType.simpleString())
     catalog = SparkCatalog(spark)
     try:
         plan = build_plan(sql, catalog, spec.model, output_names, dialect="spark")
@@ -129,7 +135,9 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
         types = call_types.setdefault(id(aggregate), {})
         for field, call in zip(fields, aggregate.calls, strict=True):
             types[call.index] = field.dataType.simpleString()
-    return Compiled(plan, layout, sources, None, call_types, output_names, _views_digest(catalog))
+    return Compiled(
+        plan, layout, sources, None, call_types, output_names, _views_digest(catalog), columns_read(plan)
+    )
 
 
 def _views_digest(catalog: SparkCatalog) -> str:
@@ -227,16 +235,19 @@ def _snapshots(spark: Any, sources: list[SparkTable]) -> dict[str, int]:
     return ends
 
 
-def _as_of(views: TempViews, purpose: str, source: SparkTable, snapshot: int) -> exp.Expr:
-    """A view of `source` as of `snapshot`, its columns under the engine's internal names (reserved.py)."""
+def _as_of(
+    views: TempViews, purpose: str, source: SparkTable, snapshot: int, reads: dict[str, tuple[str, ...]]
+) -> exp.Expr:
+    """A view of `source` as of `snapshot`: the columns the plan reads, under the engine's internal
+    names (reserved.py)."""
     table = table_of(source.info)
     table.set("version", exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(snapshot)))
-    selected = exp.select(*renamed_select(source.info)).from_(table)
+    selected = exp.select(*renamed_select(source.info, reads.get(source.info.qualified))).from_(table)
     return views.view(purpose, selected.sql("spark"))
 
 
 def _current_bindings(
-    views: TempViews, sources: list[SparkTable], ends: dict[str, int]
+    views: TempViews, sources: list[SparkTable], ends: dict[str, int], reads: dict[str, tuple[str, ...]]
 ) -> dict[str, exp.Expr]:
     """Every source as of the batch's end snapshot (non-Iceberg sources: as they are now)."""
     current: dict[str, exp.Expr] = {}
@@ -245,12 +256,16 @@ def _current_bindings(
         if end == NO_SNAPSHOT:
             current[source.info.qualified] = source_relation(source.info)
         else:
-            current[source.info.qualified] = _as_of(views, f"cur{index}", source, end)
+            current[source.info.qualified] = _as_of(views, f"cur{index}", source, end, reads)
     return current
 
 
 def _before_bindings(
-    views: TempViews, changed: list[SparkTable], frontier: dict[str, int], current: dict[str, exp.Expr]
+    views: TempViews,
+    changed: list[SparkTable],
+    frontier: dict[str, int],
+    current: dict[str, exp.Expr],
+    reads: dict[str, tuple[str, ...]],
 ) -> dict[str, exp.Expr]:
     """Each changed source as of the frontier: the state its changes were read from."""
     before: dict[str, exp.Expr] = {}
@@ -261,7 +276,7 @@ def _before_bindings(
             empty = exp.select(exp.Star()).from_(current[name].copy()).where(exp.false())
             before[name] = exp.Subquery(this=empty)
         else:
-            before[name] = _as_of(views, f"before{index}", source, start)
+            before[name] = _as_of(views, f"before{index}", source, start, reads)
     return before
 
 
@@ -286,7 +301,8 @@ def _contents(
 ) -> tuple[Layout, exp.Expr]:
     """The table's layout and its contents from scratch, as of `ends` (a query, or a relation)."""
     if compiled.plan is not None and compiled.layout is not None:
-        bindings = Bindings(current=_current_bindings(views, compiled.sources, ends), dialect="spark")
+        current = _current_bindings(views, compiled.sources, ends, compiled.reads)
+        bindings = Bindings(current=current, dialect="spark")
         return compiled.layout, stream.contents(compiled.plan, compiled.layout, _context(compiled, bindings))
     # Not maintainable: the user's Spark SQL as a view, which sqlglot never parses.
     return spark_apply.plain_layout(compiled.output_names), views.view("query", sql)
@@ -319,6 +335,8 @@ def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, sta
     stamp = Stamp(ends, registration.fingerprint, compiled.views_digest)
     rows = spark_apply.create_table(spark, _parts(spec), layout, contents, stamp)
     result = RefreshResult(action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=rows)
+    if layout.kind == "keyed" and key_check.stored_key_repeats(spark, _table(spec), layout.key):
+        result.warnings.append(_refuse_repeated_key(backend, compiled, ends, drop=True))
     result.reason = reason
     if compiled.unsupported is not None:
         result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
@@ -363,8 +381,9 @@ def _refresh(
     batch: source_changes.Batch | None = None
     if reason is None:
         assert compiled.plan is not None and compiled.layout is not None and frontier is not None
-        bindings = Bindings(current=_current_bindings(views, compiled.sources, ends), dialect="spark")
-        batch = source_changes.bind(spark, views, spec, frontier, ends, changed, bindings)
+        current = _current_bindings(views, compiled.sources, ends, compiled.reads)
+        bindings = Bindings(current=current, dialect="spark")
+        batch = source_changes.bind(spark, views, spec, frontier, ends, changed, bindings, compiled.reads)
         reason, changes = batch.full_reason, batch.changes_read
         differential_reason = "; ".join(batch.slow_paths) or None
         weighed = (
@@ -381,7 +400,7 @@ def _refresh(
                 differential_reason = "; ".join(r for r in (differential_reason, choice.reason) if r) or None
         if reason is None:
             bindings = dataclasses.replace(
-                bindings, before=_before_bindings(views, changed, frontier, bindings.current)
+                bindings, before=_before_bindings(views, changed, frontier, bindings.current, compiled.reads)
             )
             context = _context(compiled, bindings, views)
             delta = stream.row_delta(compiled.plan, compiled.layout, context, _table(spec), SPARK)
@@ -398,6 +417,9 @@ def _refresh(
         stamp_without_data(spark, _parts(spec), new_stamp)
     else:
         prepared = spark_apply.prepare(spark, views, _table(spec), layout, delta)
+        if prepared.violations:
+            why = _refuse_repeated_key(backend, compiled, ends, drop=False)
+            return _build(backend, sql, "REBUILD", why, started)
         result.rows_inserted, result.rows_updated, result.rows_deleted = (
             prepared.inserted,
             prepared.updated,
@@ -409,6 +431,19 @@ def _refresh(
     lifecycle.record(backend, result, changes, started)
     _kill_point("after_history")
     return result
+
+
+def _refuse_repeated_key(backend: SparkBackend, compiled: Compiled, ends: dict[str, int], drop: bool) -> str:
+    """Raise KeyNotUnique naming the source whose declared key repeats (dropping the table just
+    built, when `drop`, so the next run builds it again); if no source repeats one, the stream
+    table's own rows are at fault: return why, for a rebuild or a warning."""
+    current = _current_bindings(backend.views, compiled.sources, ends, compiled.reads)
+    found = key_check.repeated_key(backend.spark, compiled.sources, current)
+    if found is not None:
+        if drop:
+            backend.spark.sql(f"DROP TABLE IF EXISTS {_table(backend.spec).sql('spark')}")
+        raise KeyNotUnique(backend.spec.model, found.describe())
+    return "the stream table's rows do not fit its key (were they written outside dbt-ivm?)"
 
 
 def _commit(spark: Any, spec: StreamTableSpec, prepared: spark_apply.Prepared, stamp: Stamp) -> None:

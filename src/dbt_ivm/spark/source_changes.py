@@ -24,11 +24,11 @@ from dbt_ivm.delta.compact import compacted
 from dbt_ivm.delta.terms import Bindings
 from dbt_ivm.reserved import internal_columns, renamed_select
 from dbt_ivm.spark.apply import TempViews, count_rows
-from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable
+from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable, incomparable_columns
 from dbt_ivm.spark.changelog import create_change_view
 from dbt_ivm.spark.iceberg import total_records
 from dbt_ivm.spec import StreamTableSpec
-from dbt_ivm.sqltext import WEIGHT
+from dbt_ivm.sqltext import WEIGHT, columns
 
 MIN_IMAGES_WORTH_WEIGHING = 1_000_000
 
@@ -54,8 +54,10 @@ def bind(
     ends: dict[str, int],
     changed: list[SparkTable],
     bindings: Bindings,
+    reads: dict[str, tuple[str, ...]],
 ) -> Batch:
-    """Bind each changed source's compacted changes into `bindings.delta`."""
+    """Bind each changed source's compacted changes into `bindings.delta`; `reads`: the columns of
+    each source the plan reads (``columns_read``), the only ones its change set carries."""
     total = 0
     slow_paths: list[str] = []
     deltas: list[exp.Table] = []
@@ -69,6 +71,7 @@ def bind(
             views.name(f"raw{index}"),
             None if start == NO_SNAPSHOT else start,
             None if end == NO_SNAPSHOT else end,
+            read=reads[name],
         )
         if change.view is None:
             return Batch(f"changes of {name} are unavailable: {change.reason}", total)
@@ -80,12 +83,21 @@ def bind(
                 f"for a table of {size} rows: recomputing reads less",
                 total,
             )
+        incomparable = incomparable_columns(source.info, reads[name])
         if change.path == "snapshot_diff":
+            if incomparable:
+                return Batch(
+                    f"changes of {name} can only be read as a snapshot diff ({change.reason}), which "
+                    f"cannot compare its column {incomparable[0]}",
+                    total,
+                )
             slow_paths.append(f"changes of {name} read as a snapshot diff: {change.reason}")
-        raw = exp.select(*renamed_select(source.info), exp.column(WEIGHT, quoted=True)).from_(
+        raw = exp.select(*renamed_select(source.info, reads[name]), exp.column(WEIGHT, quoted=True)).from_(
             exp.table_(change.view, quoted=True)
         )
-        delta = views.cached(f"delta{index}", compacted(raw, internal_columns(source.info)))
+        names = internal_columns(source.info, reads[name])
+        image = _json_image(names) if incomparable else None
+        delta = views.cached(f"delta{index}", compacted(raw, names, image))
         deltas.append(delta)
         bindings.delta[name] = delta
         # The summaries bound the changelog's net changes from above: count only when they could
@@ -101,6 +113,13 @@ def bind(
                     total,
                 )
     return Batch(None, total, tuple(slow_paths), tuple(deltas))
+
+
+def _json_image(names: list[str]) -> exp.Expr:
+    """A row image Spark can partition by when a column (a map) has no ordering: its JSON text."""
+    return exp.Anonymous(
+        this="to_json", expressions=[exp.Anonymous(this="struct", expressions=columns(names))]
+    )
 
 
 def _changelog_outweighs(row_images: int, rows: int) -> bool:

@@ -1,0 +1,127 @@
+"""Sources as a suspicious user has them on Spark: a declared key the data breaks, map columns.
+
+Iceberg enforces neither identifier fields nor ``dbt_ivm.primary_key``; a stream table keyed by one
+must never silently lose a row to a repeated key. A ``map`` column has no equality in Spark: one the
+query does not read must not matter, one it reads must be netted all the same, and one in the result
+is refused by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dbt_ivm.errors import IncomparableColumn, KeyNotUnique
+from dbt_ivm.spark.runner import run_stream_table
+from tests.spark.oracle import assert_matches_query, make_spec, refresh_and_check
+
+pytestmark = pytest.mark.spark
+
+
+def _rows(spark: Any, relation: str, columns: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in spark.sql(f"SELECT {columns} FROM {relation}").collect())
+
+
+@pytest.mark.parametrize("declared", ["property", "identifier_fields"])
+def test_a_declared_key_the_data_breaks_is_named_never_lost(
+    spark: Any, spark_schema: str, declared: str
+) -> None:
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.orders (id int NOT NULL, customer string, amount int) USING iceberg")
+    if declared == "property":
+        spark.sql(f"ALTER TABLE {s}.orders SET TBLPROPERTIES ('dbt_ivm.primary_key'='id')")
+    else:
+        spark.sql(f"ALTER TABLE {s}.orders SET IDENTIFIER FIELDS id")
+    spark.sql(
+        f"CREATE TABLE {s}.customers (name string, tier string) USING iceberg "
+        "TBLPROPERTIES ('dbt_ivm.primary_key'='name')"
+    )
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 'alice', 10), (2, 'bob', 20), (3, 'bob', 5)")
+    spark.sql(f"INSERT INTO {s}.customers VALUES ('alice', 'gold'), ('bob', 'std')")
+    keyed = {
+        "big_orders": f"SELECT id, customer, amount FROM {s}.orders WHERE amount > 1",
+        "order_tiers": f"SELECT o.id, c.tier FROM {s}.orders o JOIN {s}.customers c ON o.customer = c.name",
+    }
+    totals = f"SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM {s}.orders GROUP BY customer"
+    for name, sql in keyed.items():
+        assert refresh_and_check(spark, s, name, sql, refresh_mode="differential").action == "CREATE"
+    refresh_and_check(spark, s, "totals", totals, refresh_mode="differential")
+    before = {name: _rows(spark, f"{s}.{name}", "*") for name in keyed}
+
+    # A second row with id 1 (and, joined, a second row with the join's key (1, 'alice')).
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 'alice', 7)")
+    for name, sql in keyed.items():
+        with pytest.raises(KeyNotUnique) as raised:
+            run_stream_table(spark, make_spec(s, name, sql, refresh_mode="auto"))
+        message = str(raised.value)
+        assert f"model {name}" in message and f"{s}.orders" in message and "id=1" in message, message
+        assert "2 of its rows" in message and "primary_key" in message, message
+        spark.sql(f"REFRESH TABLE {s}.{name}")
+        assert _rows(spark, f"{s}.{name}", "*") == before[name], "a refused batch must change nothing"
+    # An aggregate keeps no source key: it stays exact.
+    assert (
+        refresh_and_check(spark, s, "totals", totals, "dup", refresh_mode="differential").action
+        == "DIFFERENTIAL"
+    )
+
+    # A new stream table over the broken key is refused too, and leaves no table behind.
+    with pytest.raises(KeyNotUnique):
+        run_stream_table(spark, make_spec(s, "late", keyed["big_orders"], refresh_mode="differential"))
+    assert not spark.catalog.tableExists(f"{s}.late")
+
+    # Deleting one of the two rows mends it; the refused batch is applied with the mend.
+    spark.sql(f"DELETE FROM {s}.orders WHERE id = 1 AND amount = 10")
+    for name, sql in keyed.items():
+        result = refresh_and_check(spark, s, name, sql, "mended", refresh_mode="differential")
+        assert result.action == "DIFFERENTIAL", result.summary()
+    refresh_and_check(spark, s, "late", keyed["big_orders"], "mended", refresh_mode="differential")
+
+    # Dropping the declaration instead: the stream table is rebuilt without the key.
+    spark.sql(f"INSERT INTO {s}.orders VALUES (2, 'alice', 3)")
+    if declared == "property":
+        spark.sql(f"ALTER TABLE {s}.orders UNSET TBLPROPERTIES ('dbt_ivm.primary_key')")
+    else:
+        spark.sql(f"ALTER TABLE {s}.orders DROP IDENTIFIER FIELDS id")
+    for name, sql in keyed.items():
+        result = refresh_and_check(spark, s, name, sql, "undeclared", refresh_mode="differential")
+        assert result.action == "REBUILD", result.summary()
+        spark.sql(f"INSERT INTO {s}.orders VALUES (2, 'bob', 4)")
+        refresh_and_check(spark, s, name, sql, "undeclared, more", refresh_mode="differential")
+
+
+def test_map_columns(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    spark.sql(
+        f"CREATE TABLE {s}.events (id int NOT NULL, kind string, props map<string, string>, "
+        "tags array<map<string, int>>) USING iceberg"
+    )
+    spark.sql(
+        f"INSERT INTO {s}.events VALUES (1, 'a', map('k', 'v'), array(map('x', 1))), "
+        "(2, 'b', map(), array()), (3, 'a', map('k', 'w'), NULL)"
+    )
+    queries = {
+        "kinds": f"SELECT kind, COUNT(*) AS n FROM {s}.events GROUP BY kind",  # maps unread
+        "ids": f"SELECT id, kind FROM {s}.events WHERE id > 0",  # keyless: rows netted by value
+        "by_k": f"SELECT props['k'] AS k, COUNT(*) AS n FROM {s}.events GROUP BY props['k']",
+        "sizes": f"SELECT id, size(props) AS entries, to_json(props) AS props FROM {s}.events",
+    }
+    for name, sql in queries.items():
+        assert refresh_and_check(spark, s, name, sql, refresh_mode="differential").action == "CREATE"
+    spark.sql(f"INSERT INTO {s}.events VALUES (4, 'a', map('k', 'v', 'j', 'u'), array(map('y', 2)))")
+    spark.sql(f"UPDATE {s}.events SET props = map('k', 'z') WHERE id = 2")
+    spark.sql(f"UPDATE {s}.events SET kind = 'c' WHERE id = 3")
+    spark.sql(f"DELETE FROM {s}.events WHERE id = 1")
+    for name, sql in queries.items():
+        result = refresh_and_check(spark, s, name, sql, "dml", refresh_mode="differential")
+        assert result.action == "DIFFERENTIAL", (name, result.summary())
+
+    # A map in the result cannot be matched by value: refused by name, whatever the refresh mode.
+    for mode in ("differential", "auto", "full"):
+        with pytest.raises(IncomparableColumn) as raised:
+            run_stream_table(
+                spark, make_spec(s, "raw", f"SELECT id, props FROM {s}.events", refresh_mode=mode)
+            )
+        message = str(raised.value)
+        assert "model raw" in message and "props" in message and "to_json(props)" in message, message
+    assert_matches_query(spark, s, "sizes", queries["sizes"])
