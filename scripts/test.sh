@@ -13,7 +13,7 @@ bin=.venv/bin
 # pytest exits 5 when a selection collected no test: nothing failed.
 run_pytest() {
   set +e
-  "$bin/python" -m pytest "$@"
+  "$bin/python" -m pytest "$@" --durations=12
   local code=$?
   set -e
   if [ "$code" -eq 5 ]; then
@@ -28,12 +28,12 @@ if [ "$#" -gt 0 ]; then
   exit "$status"
 fi
 # The whole suite runs as two lanes side by side, each printed when it ends. One runs the long Spark
-# suites (query shapes, TPC-H, randomized DML); the other the PostgreSQL tests (with the
+# suites (query shapes, TPC-H, randomized DML, crashes); the other the PostgreSQL tests (with the
 # backend-free ones), then, when Debian's server binaries are on the machine, the PostgreSQL engine
 # tests again on PostgreSQL 15 (users point dbt-ivm at any PostgreSQL >= 15), then the other Spark
 # tests. Each Spark session is mostly one busy thread, so two of them share the cores well.
 logs="$(mktemp -d)"
-long_spark=(tests/spark/test_shapes.py tests/spark/test_tpch.py tests/spark/test_randomized.py)
+long_spark=(tests/spark/test_shapes.py tests/spark/test_tpch.py tests/spark/test_randomized.py tests/spark/test_kill.py)
 spark_lane() {
   run_pytest --backend spark "${long_spark[@]}"
 }
@@ -61,7 +61,7 @@ echo "== PostgreSQL lane, then the other Spark tests (exit $status)"
 cat "$logs/postgres.log"
 spark_status=0
 wait "$spark_pid" || spark_status=$?
-echo "== Spark lane: shapes, TPC-H, randomized (exit $spark_status)"
+echo "== Spark lane: shapes, TPC-H, randomized, crashes (exit $spark_status)"
 cat "$logs/spark.log"
 rm -rf "$logs"
 if [ "$status" -eq 0 ]; then

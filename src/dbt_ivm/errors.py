@@ -52,3 +52,11 @@ class KeyNotUnique(IvmError):
             "DROP IDENTIFIER FIELDS, or UNSET TBLPROPERTIES ('dbt_ivm.primary_key')): the next run then "
             "rebuilds the stream table without that key"
         )
+
+
+class SparkFailed(IvmError):
+    """Spark failed while refreshing: the JVM's message instead of py4j's wrapper (spark/failures.py)."""
+
+    def __init__(self, model: str, message: str) -> None:
+        self.model = model
+        super().__init__(f"model {model}: Spark failed: {message}")

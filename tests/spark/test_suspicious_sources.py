@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dbt_ivm.errors import IncomparableColumn, KeyNotUnique
+from dbt_ivm.errors import IncomparableColumn, KeyNotUnique, SparkFailed
 from dbt_ivm.spark.runner import run_stream_table
 from tests.spark.oracle import assert_matches_query, make_spec, refresh_and_check
 
@@ -125,3 +125,19 @@ def test_map_columns(spark: Any, spark_schema: str) -> None:
         message = str(raised.value)
         assert "model raw" in message and "props" in message and "to_json(props)" in message, message
     assert_matches_query(spark, s, "sizes", queries["sizes"])
+
+
+def test_a_failing_spark_job_says_why(spark: Any, spark_schema: str) -> None:
+    """py4j's wrapper ("An error occurred while calling o123.localCheckpoint") is replaced by the
+    JVM's own message, naming the model."""
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.readings (id int NOT NULL, v int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.readings VALUES (1, 10)")
+    sql = f"SELECT id, CASE WHEN v < 100 THEN v ELSE raise_error('reading out of range') END AS v FROM {s}.readings"
+    refresh_and_check(spark, s, "checked", sql, refresh_mode="differential")
+    spark.sql(f"INSERT INTO {s}.readings VALUES (2, 500)")
+    with pytest.raises(SparkFailed) as raised:
+        run_stream_table(spark, make_spec(s, "checked", sql, refresh_mode="differential"))
+    message = str(raised.value)
+    assert message.startswith("model checked: Spark failed: "), message
+    assert "reading out of range" in message and "An error occurred while calling" not in message, message

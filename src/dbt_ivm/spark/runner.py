@@ -40,7 +40,14 @@ from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import qualified_name, views_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
-from dbt_ivm.errors import IncomparableColumn, InvalidQuery, KeyNotUnique, UnsupportedQuery
+from dbt_ivm.errors import (
+    IncomparableColumn,
+    InvalidQuery,
+    IvmError,
+    KeyNotUnique,
+    SparkFailed,
+    UnsupportedQuery,
+)
 from dbt_ivm.keys import SPARK
 from dbt_ivm.layout import DUP, HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
@@ -48,7 +55,7 @@ from dbt_ivm.plan.nodes import Plan, scans_in, whole_input_reason
 from dbt_ivm.plan.reads import columns_read
 from dbt_ivm.reserved import renamed_select, source_relation, table_of
 from dbt_ivm.spark import apply as spark_apply
-from dbt_ivm.spark import auto_cost, key_check, registry, session_conf, source_changes
+from dbt_ivm.spark import auto_cost, failures, key_check, registry, session_conf, source_changes
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable, incomparable
 from dbt_ivm.spark.commit import Stamp, commit_with, current_stamp, stamp_without_data
@@ -163,6 +170,13 @@ def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
     try:
         with session_conf.overridden(spark, session_conf.CONSTRAINT_PROPAGATION, "false"):
             return lifecycle.run(SparkBackend(spark, spec, views))
+    except IvmError:
+        raise
+    except Exception as error:
+        message = failures.readable(error)
+        if message is None:
+            raise
+        raise SparkFailed(spec.model, message) from error
     finally:
         views.drop()
 

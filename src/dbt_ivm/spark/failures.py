@@ -1,0 +1,38 @@
+"""What a Spark failure says, for the user: the JVM's own message, not py4j's wrapper.
+
+An exception the JVM throws through a call pyspark does not translate (``persist``, ``collect`` of
+some jobs, a MERGE's runtime errors) reaches Python as a ``Py4JJavaError`` whose text starts with
+``An error occurred while calling o68.sql.`` — the object and method of the bridge, nothing about the
+query — followed by a Java stack trace. The Java exception and its causes carry the real message;
+the innermost cause usually says what went wrong, the outermost what Spark was doing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_CAUSES = 20
+
+
+def readable(error: BaseException) -> str | None:
+    """The Java exception's message (and its innermost cause's, when that says something else);
+    None for an error that did not come from the JVM through py4j."""
+    java = getattr(error, "java_exception", None)
+    if java is None:
+        return None
+    lines: list[str] = []
+    cause: Any = java
+    for _ in range(MAX_CAUSES):
+        if cause is None:
+            break
+        line = _first_line(cause)
+        if line and (not lines or line not in lines[0]):
+            lines = [lines[0], line] if lines else [line]
+        cause = cause.getCause()
+    return "; caused by ".join(lines) or None
+
+
+def _first_line(java_exception: Any) -> str:
+    text = str(java_exception.toString() or "").strip()
+    first = text.splitlines()[0] if text else ""
+    return first[:1000]
