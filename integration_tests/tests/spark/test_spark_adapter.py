@@ -172,3 +172,58 @@ class TestImmediateIsRefusedAtCompile:
         with pytest.raises(Exception, match="no triggers") as refused:
             run_dbt(["compile", "--select", "right_now"])
         assert "right_now" in str(refused.value) and "refresh_mode='immediate'" in str(refused.value)
+
+
+class TestStreamTablesOutliveSchemaChanges:
+    """Through dbt, as a user meets them: `select *` over a source that gains a column, a column of the
+    stream table renamed by hand, a date function — each run succeeds (rebuilding, with the reason,
+    when the table cannot be kept), and the table equals its query; a job failing in the JVM is
+    reported with Spark's own message."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"people.csv": SEED}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        config = "{{ config(materialized='stream_table') }} "
+        return {
+            "people_source.sql": "{{ config(materialized='table') }} select id, name from {{ ref('people') }}",
+            "everyone.sql": config + "select * from {{ ref('people_source') }}",
+            "ages.sql": config
+            + "select id, datediff(date'2024-03-01', date'2024-01-01') + id as days from {{ ref('people_source') }}",
+            "guarded.sql": config
+            + "select id, case when id < 3 then name else raise_error('id out of range') end as name "
+            "from {{ ref('people_source') }}",
+        }
+
+    def same(self, project: Any, model: str, query: str) -> None:
+        s = project.test_schema
+        expected = project.run_sql(query.format(s=s), fetch="all")
+        columns = ", ".join(f"`{c}`" for c in expected[0].asDict()) if expected else "*"
+        stored = project.run_sql(f"select {columns} from {s}.{model}", fetch="all")
+        assert sorted(map(tuple, stored)) == sorted(map(tuple, expected)), (model, stored, expected)
+
+    def test_runs_succeed_and_match(self, project: Any) -> None:
+        s = project.test_schema
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        self.same(project, "everyone", "select * from {s}.people_source")
+        self.same(project, "ages", "select id, 60 + id as days from {s}.people_source")
+        # A source gains a column, as a hand-run migration would add it (not through dbt).
+        project.run_sql(f"alter table {s}.people_source add column city string")
+        project.run_sql(f"insert into {s}.people_source values (3, 'carol', 'oslo')")
+        run_dbt(["run", "--select", "everyone", "ages"])
+        # A job that fails in the JVM: the run summary carries Spark's message, not py4j's.
+        results = run_dbt(["run", "--select", "guarded"], expect_pass=False)
+        message = str(results[0].message)
+        assert "model guarded" in message and "id out of range" in message, message
+        assert "An error occurred while calling" not in message, message
+        self.same(project, "everyone", "select * from {s}.people_source")
+        self.same(project, "ages", "select id, 60 + id as days from {s}.people_source")
+        run_dbt(["run", "--select", "everyone"])
+        # Someone renames a column of the stream table itself.
+        project.run_sql(f"alter table {s}.everyone rename column name to full_name")
+        run_dbt(["run", "--select", "everyone"])
+        self.same(project, "everyone", "select * from {s}.people_source")
+        run_dbt(["run", "--select", "everyone"])
