@@ -24,8 +24,10 @@ it, tried in this order:
     the table was replaced by ``CREATE OR REPLACE``, a snapshot in between expired, or there is no
     start snapshot): ``new EXCEPT ALL old`` with +1, ``old EXCEPT ALL new`` with −1.
 ``full_refresh``
-    The start state is gone (expired snapshot, the table was dropped and re-created), the schema
-    changed, or the relation is not an Iceberg table: no view is created; recompute from scratch.
+    The start state is gone (expired snapshot, the table was dropped and re-created), a column read
+    changed (added, dropped, renamed or retyped; ``schema_changed``: the stream table's own columns
+    may have to change too), or the relation is not an Iceberg table: no view is created; recompute
+    from scratch. A ``replace`` snapshot (compaction) changes no row: the changelog skips it.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class ChangeView:
     # Row images the snapshots in the range added and removed (their summaries), before reading any:
     # what the changelog will hold. 0 when the range's lineage is unknown.
     row_images: int = 0
+    # The columns read changed name, type or order: rows read before and after do not line up.
+    schema_changed: bool = False
 
     @property
     def needs_full_refresh(self) -> bool:
@@ -137,8 +141,18 @@ def create_change_view(
             "(expired, or the table was replaced)",
             end,
         )
-    if not known.same_schema and columns_at(spark, table, start_snapshot_id) != end_columns:
-        return full(f"the columns of {label} changed between snapshots {start_snapshot_id} and {end}", end)
+    if not known.same_schema:
+        start_columns = columns_at(spark, table, start_snapshot_id)
+        if _read_of(start_columns, read) != _read_of(end_columns, read):
+            return ChangeView(
+                "full_refresh",
+                None,
+                label,
+                start_snapshot_id,
+                end,
+                reason=f"the columns of {label} changed between snapshots {start_snapshot_id} and {end}",
+                schema_changed=True,
+            )
     images = sum(snapshot.changed_records for snapshot in known.chain or ())
     reason = _why_not_changelog(label, start_snapshot_id, end, known.chain)
     if reason is None:
@@ -150,6 +164,12 @@ def create_change_view(
             return ChangeView("changelog", view_name, label, start_snapshot_id, end, columns, None, images)
     _create_diff_view(spark, table, view_name, columns, start_snapshot_id, end)
     return ChangeView("snapshot_diff", view_name, label, start_snapshot_id, end, columns, reason, images)
+
+
+def _read_of(columns: list[tuple[str, str]], read: Sequence[str] | None) -> list[tuple[str, str]]:
+    """The (name, type) pairs of the columns read; a column nobody reads may come, go or change."""
+    kept = set(_only(tuple(name for name, _ in columns), read))
+    return [(name, kind) for name, kind in columns if name in kept]
 
 
 def _only(columns: tuple[str, ...], read: Sequence[str] | None) -> tuple[str, ...]:
@@ -165,7 +185,7 @@ def _why_not_changelog(label: str, start: int, end: int, chain: list[Snapshot] |
             f"snapshot {start} is not an ancestor of snapshot {end} of {label} (the table was "
             "replaced or rolled back, or a snapshot in between expired)"
         )
-    with_deletes = [s.snapshot_id for s in chain if s.has_delete_files]
+    with_deletes = [s.snapshot_id for s in chain if s.has_delete_files and not s.rewrites_only]
     if with_deletes:
         return (
             f"{label} has merge-on-read delete files (snapshot {with_deletes[0]}), which Iceberg's "

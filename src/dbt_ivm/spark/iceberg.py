@@ -73,8 +73,17 @@ class Snapshot:
         return any(_count(self.summary.get(k)) > 0 for k in DELETE_FILE_COUNTERS)
 
     @property
+    def rewrites_only(self) -> bool:
+        """A `replace` snapshot (rewrite_data_files, rewrite_manifests, compaction): the same rows in
+        other files. Iceberg's changelog scan skips it, and no row changed."""
+        return self.operation == "replace"
+
+    @property
     def changed_records(self) -> int:
-        """Row images this snapshot added plus those it removed (0 when the summary lacks them)."""
+        """Row images this snapshot added plus those it removed (0 when the summary lacks them, and
+        for a rewrite, which the changelog does not read)."""
+        if self.rewrites_only:
+            return 0
         return sum(_count(self.summary.get(k)) for k in RECORD_COUNTERS)
 
 

@@ -399,6 +399,9 @@ def _refresh(
         bindings = Bindings(current=current, dialect="spark")
         batch = source_changes.bind(spark, views, spec, frontier, ends, changed, bindings, compiled.reads)
         reason, changes = batch.full_reason, batch.changes_read
+        if batch.rebuild and reason is not None:
+            # A column the query reads changed type: the stored columns may have to change with it.
+            return _build(backend, sql, "REBUILD", reason, started)
         differential_reason = "; ".join(batch.slow_paths) or None
         weighed = (
             auto_cost.choose(spark, spec, _key(spec), batch)

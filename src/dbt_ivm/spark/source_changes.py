@@ -39,6 +39,7 @@ class Batch:
     changes_read: int  # counted so far (a FULL decision); the rest: `changes_in` once the refresh ran
     slow_paths: tuple[str, ...] = ()  # sources read by a snapshot diff, and why (the refresh's reason)
     deltas: tuple[exp.Table, ...] = ()
+    rebuild: bool = False  # full_reason calls for building the table anew (a source's columns changed)
 
 
 def changes_in(spark: Any, batch: Batch) -> int:
@@ -74,7 +75,9 @@ def bind(
             read=reads[name],
         )
         if change.view is None:
-            return Batch(f"changes of {name} are unavailable: {change.reason}", total)
+            return Batch(
+                f"changes of {name} are unavailable: {change.reason}", total, rebuild=change.schema_changed
+            )
         # The view is not computed yet: AUTO can still choose to recompute instead.
         size = total_records(spark, table, end) if spec.refresh_mode == "auto" and end != NO_SNAPSHOT else 0
         if start != NO_SNAPSHOT and _changelog_outweighs(change.row_images, size):
