@@ -1,4 +1,5 @@
-"""Spark + Apache Iceberg support: the embedded session, Iceberg change sources, a SQL executor.
+"""Spark + Apache Iceberg support: the embedded session, Iceberg change sources, a SQL executor, and
+`refresh` of a stream table from a PySpark program.
 
 Importing this package does not import PySpark or start a JVM; `get_or_create_session` does.
 """
@@ -16,10 +17,12 @@ from dbt_ivm.spark.iceberg import (
     snapshots,
 )
 from dbt_ivm.spark.session import SessionSettings, existing_session, get_or_create_session
+from dbt_ivm.spark.standalone import NotAStreamTable, refresh
 
 __all__ = [
     "ChangePath",
     "ChangeView",
+    "NotAStreamTable",
     "NotAnIcebergTable",
     "SessionSettings",
     "Snapshot",
@@ -33,5 +36,6 @@ __all__ = [
     "existing_session",
     "get_or_create_session",
     "is_iceberg_table",
+    "refresh",
     "snapshots",
 ]
