@@ -47,6 +47,7 @@
       'full_refresh_threshold': config.get('full_refresh_threshold', 0.5),
       'user_triggers': config.get('user_triggers', 'auto'),
       'notify_channel': config.get('notify_channel', none),
+      'tblproperties': config.get('tblproperties', none),
   }) }}
 {% endmacro %}
 

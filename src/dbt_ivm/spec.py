@@ -29,6 +29,9 @@ class StreamTableSpec:
     user_triggers: UserTriggers = "auto"
     notify_channel: str | None = None
     initiated_by: str = "dbt"
+    # Spark: the stream table's Iceberg table properties (dbt-spark's `tblproperties` config), e.g.
+    # write.merge.mode=merge-on-read; set at create and whenever they differ from the table's.
+    table_properties: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

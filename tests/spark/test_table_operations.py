@@ -168,3 +168,63 @@ def test_partition_evolution_branches_and_every_dml(spark: Any, spark_schema: st
     streams.refresh("dynamic overwrite", "DIFFERENTIAL")
     spark.sql(f"TRUNCATE TABLE {t}")
     streams.refresh("truncate", "DIFFERENTIAL")
+
+
+MERGE_ON_READ = {
+    "write.merge.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.delete.mode": "merge-on-read",
+}
+
+
+@pytest.mark.parametrize("properties", [{}, MERGE_ON_READ], ids=["copy_on_write", "merge_on_read"])
+def test_the_stream_tables_own_maintenance(spark: Any, spark_schema: str, properties: dict[str, str]) -> None:
+    """A merge-on-read stream table (the model's `tblproperties`) is written with delete files; the
+    user's compaction jobs on a stream table leave its frontier known; DML by hand on it does not."""
+    s = spark_schema
+    spark.sql(
+        f"CREATE TABLE {s}.orders (id int NOT NULL, region string, amount int) USING iceberg "
+        "TBLPROPERTIES ('dbt_ivm.primary_key'='id')"
+    )
+    spark.sql(f"INSERT INTO {s}.orders SELECT id, concat('r', id % 5), id FROM range(1, 200) AS t(id)")
+    queries = {
+        "totals": f"SELECT region, SUM(amount) AS total, COUNT(*) AS n FROM {s}.orders GROUP BY region",
+        "big": f"SELECT id, region, amount FROM {s}.orders WHERE amount >= 20",
+    }
+
+    def refresh(step: str, action: str, reason: str = "") -> None:
+        for name, sql in queries.items():
+            result = refresh_and_check(
+                spark, s, name, sql, step, refresh_mode="differential", table_properties=properties
+            )
+            assert result.action == action and reason in (result.reason or ""), (step, name, result.summary())
+
+    refresh("create", "CREATE")
+    for name in queries:
+        held = dict(spark.sql(f"SHOW TBLPROPERTIES {s}.{name}").collect())
+        assert all(held.get(k) == v for k, v in properties.items()), held
+    spark.sql(f"UPDATE {s}.orders SET amount = amount + 1 WHERE id % 7 = 0")
+    spark.sql(f"DELETE FROM {s}.orders WHERE id % 11 = 0")
+    refresh("dml", "DIFFERENTIAL")
+    for name in queries:
+        summary = spark.sql(
+            f"SELECT summary FROM {s}.{name}.snapshots ORDER BY committed_at DESC LIMIT 1"
+        ).first()
+        deletes = int(summary[0].get("total-position-deletes", "0"))
+        assert (deletes > 0) == bool(properties), (name, summary[0])
+
+    # The user's maintenance jobs compact the stream tables: no row changed, the frontier holds.
+    for name in queries:
+        spark.sql(f"{CALL}.rewrite_data_files(table => '{s}.{name}', options => map('rewrite-all', 'true'))")
+        spark.sql(
+            f"{CALL}.rewrite_position_delete_files(table => '{s}.{name}', options => map('rewrite-all', 'true'))"
+        )
+        spark.sql(f"{CALL}.rewrite_manifests('{s}.{name}')")
+    refresh("compacted, nothing new", "SKIP")
+    spark.sql(f"UPDATE {s}.orders SET region = 'r9' WHERE id < 30")
+    refresh("compacted, then changes", "DIFFERENTIAL")
+
+    # DML by hand on a stream table is not a compaction: its frontier is unknown.
+    for name in queries:
+        spark.sql(f"DELETE FROM {s}.{name} WHERE region = 'r1'")
+    refresh("written by hand", "FULL", "no dbt-ivm frontier")

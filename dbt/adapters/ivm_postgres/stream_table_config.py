@@ -78,7 +78,18 @@ def build_spec(
         ),
         notify_channel=str(notify_channel) if notify_channel else None,
         initiated_by="dbt",
+        table_properties=_table_properties(model_name, config.get("tblproperties")),
     )
+
+
+def _table_properties(model: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DbtRuntimeError(
+            f"model {model}: config tblproperties={value!r} must be a mapping of property names to values"
+        )
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def result_fields(result: RefreshResult) -> dict[str, Any]:

@@ -178,7 +178,7 @@ class TestStreamTablesOutliveSchemaChanges:
     """Through dbt, as a user meets them: `select *` over a source that gains a column, a column of the
     stream table renamed by hand, a date function — each run succeeds (rebuilding, with the reason,
     when the table cannot be kept), and the table equals its query; a job failing in the JVM is
-    reported with Spark's own message."""
+    reported with Spark's own message; dbt-spark's `tblproperties` config reaches the table."""
 
     @pytest.fixture(scope="class")
     def seeds(self) -> dict[str, str]:
@@ -192,6 +192,9 @@ class TestStreamTablesOutliveSchemaChanges:
             "everyone.sql": config + "select * from {{ ref('people_source') }}",
             "ages.sql": config
             + "select id, datediff(date'2024-03-01', date'2024-01-01') + id as days from {{ ref('people_source') }}",
+            "merged_on_read.sql": "{{ config(materialized='stream_table', "
+            "tblproperties={'write.merge.mode': 'merge-on-read', 'write.delete.mode': 'merge-on-read'}) }} "
+            "select id, name from {{ ref('people_source') }} where id > 1",
             "guarded.sql": config
             + "select id, case when id < 3 then name else raise_error('id out of range') end as name "
             "from {{ ref('people_source') }}",
@@ -210,6 +213,8 @@ class TestStreamTablesOutliveSchemaChanges:
         run_dbt(["run"])
         self.same(project, "everyone", "select * from {s}.people_source")
         self.same(project, "ages", "select id, 60 + id as days from {s}.people_source")
+        held = dict(project.run_sql(f"show tblproperties {s}.merged_on_read", fetch="all"))
+        assert held["write.merge.mode"] == "merge-on-read" and held["format-version"] == "2", held
         # A source gains a column, as a hand-run migration would add it (not through dbt).
         project.run_sql(f"alter table {s}.people_source add column city string")
         project.run_sql(f"insert into {s}.people_source values (3, 'carol', 'oslo')")

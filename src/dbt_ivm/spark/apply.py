@@ -20,9 +20,9 @@ from dbt_ivm.delta.terms import aliased
 from dbt_ivm.keys import SPARK, same_values
 from dbt_ivm.layout import DUP, Layout
 from dbt_ivm.spark.commit import Stamp, commit_with
+from dbt_ivm.spark.iceberg import load_table, quoted_name, sql_string
 from dbt_ivm.sqltext import WEIGHT, columns
 
-STREAM_TABLE_PROPERTIES = "'format-version'='2'"
 DIALECT = SPARK.dialect
 
 
@@ -82,9 +82,23 @@ def plain_layout(names: list[str]) -> Layout:
     return Layout("multiset", tuple(names), (), tuple(names))
 
 
-def create_table(spark: Any, table: tuple[str, str], layout: Layout, contents: exp.Expr, stamp: Stamp) -> int:
+def table_properties(given: dict[str, str]) -> str:
+    """The TBLPROPERTIES list of a stream table: format 2 (row-level deletes), then the model's own."""
+    merged = {"format-version": "2", **given}
+    return ", ".join(f"{sql_string(k)}={sql_string(v)}" for k, v in merged.items())
+
+
+def create_table(
+    spark: Any,
+    table: tuple[str, str],
+    layout: Layout,
+    contents: exp.Expr,
+    stamp: Stamp,
+    properties: dict[str, str] | None = None,
+) -> int:
     """CREATE TABLE … USING iceberg AS the contents (multiset: plus an ordinal among identical rows),
-    its commit stamped with the frontier the contents were read at. `contents`: a query or relation."""
+    its commit stamped with the frontier the contents were read at. `contents`: a query or relation;
+    `properties`: the model's table properties."""
     relation = exp.table_(table[1], table[0], quoted=True)
     extra: list[exp.Expr] = []
     if layout.kind == "multiset":
@@ -98,10 +112,20 @@ def create_table(spark: Any, table: tuple[str, str], layout: Layout, contents: e
     select = exp.select(*columns(layout.columns, "c"), *extra).from_(aliased(contents, "c"))
     create = (
         f"CREATE TABLE {relation.sql(DIALECT)} USING iceberg "
-        f"TBLPROPERTIES ({STREAM_TABLE_PROPERTIES}) AS {select.sql(DIALECT)}"
+        f"TBLPROPERTIES ({table_properties(properties or {})}) AS {select.sql(DIALECT)}"
     )
     commit_with(spark, table, stamp, lambda: spark.sql(create))
     return count_rows(spark, relation)
+
+
+def sync_properties(spark: Any, table: tuple[str, str], wanted: dict[str, str]) -> None:
+    """Set the model's table properties that the table does not hold (a config changed since it was
+    built); properties dropped from the config stay as they are."""
+    held = load_table(spark, table).properties()
+    changed = {k: v for k, v in wanted.items() if held.get(k) != v}
+    if changed:
+        listed = ", ".join(f"{sql_string(k)}={sql_string(v)}" for k, v in changed.items())
+        spark.sql(f"ALTER TABLE {quoted_name(table)} SET TBLPROPERTIES ({listed})")
 
 
 def count_rows(spark: Any, *relations: exp.Expr) -> int:

@@ -11,7 +11,8 @@ when a batch changes no row) carries two snapshot-summary properties:
 So the data and its frontier move in one atomic commit: a refresh killed before the commit left
 the old snapshot (and frontier) current, one killed after it left the new one. Nothing to recover,
 no batch applied twice. A current snapshot *without* the properties was written by someone else
-(DML by hand, a restore): its frontier is unknown and the next refresh is FULL.
+(DML by hand, a restore): its frontier is unknown and the next refresh is FULL — unless it only
+compacted the table, which leaves the rows and so the frontier as they were.
 
 Spark SQL has no syntax for snapshot properties on MERGE; Iceberg's ``CommitMetadata`` sets them
 for every commit the calling JVM thread makes inside a callback. PySpark's pinned-thread mode (its
@@ -51,11 +52,22 @@ class Stamp:
 
 
 def current_stamp(spark: Any, table: TableName) -> tuple[int | None, Stamp | None]:
-    """The table's current snapshot id and the stamp it carries (None: not written by dbt-ivm)."""
-    snapshot = load_table(spark, table).currentSnapshot()
+    """The table's current snapshot id and the stamp its rows carry (None: not written by dbt-ivm).
+
+    A compaction of the stream table (``rewrite_data_files``, ``rewrite_position_delete_files``,
+    ``rewrite_manifests``: a ``replace`` snapshot, the same rows in other files) carries no stamp;
+    the rows are still those of the snapshot it replaced, so that snapshot's stamp holds."""
+    loaded = load_table(spark, table)
+    snapshot = loaded.currentSnapshot()
     if snapshot is None:
         return None, None
-    return int(snapshot.snapshotId()), _stamp_of(snapshot.summary())
+    current = int(snapshot.snapshotId())
+    while snapshot is not None:
+        stamp = _stamp_of(snapshot.summary())
+        if stamp is not None or snapshot.operation() != "replace" or snapshot.parentId() is None:
+            return current, stamp
+        snapshot = loaded.snapshot(snapshot.parentId())
+    return current, None  # the stamped snapshot expired
 
 
 def _stamp_of(summary: Any) -> Stamp | None:

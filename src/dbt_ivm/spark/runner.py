@@ -347,7 +347,7 @@ def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, sta
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {bt(spec.schema)}")
     spark.sql(f"DROP TABLE IF EXISTS {_table(spec).sql('spark')}")
     stamp = Stamp(ends, registration.fingerprint, compiled.views_digest)
-    rows = spark_apply.create_table(spark, _parts(spec), layout, contents, stamp)
+    rows = spark_apply.create_table(spark, _parts(spec), layout, contents, stamp, spec.table_properties)
     result = RefreshResult(action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=rows)
     if layout.kind == "keyed" and key_check.stored_key_repeats(spark, _table(spec), layout.key):
         result.warnings.append(_refuse_repeated_key(backend, compiled, ends, drop=True))
@@ -375,6 +375,8 @@ def _refresh(
     why_not = _columns_mismatch(spark, spec, compiled)
     if why_not is not None:
         return _build(backend, sql, "REBUILD", why_not, started)
+    if spec.table_properties:
+        spark_apply.sync_properties(spark, _parts(spec), spec.table_properties)
     ends = _snapshots(spark, compiled.sources)
     frontier = None if stamp is None else stamp.frontier
     reason = _full_reason(spec, compiled, frontier, ends)
