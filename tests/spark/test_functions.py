@@ -199,14 +199,26 @@ class Evaluation:
                 self.types[name].append(
                     f"{step}: stored type {stored_types.get(column)} != query type {query_types.get(column)}"
                 )
-            stored = f"SELECT id, {column} FROM {relation}"
-            query = f"SELECT id, {column} FROM ({unit.sql}) AS q"
-            extra = spark.sql(f"{stored} EXCEPT ALL {query}").collect()
-            missing = spark.sql(f"{query} EXCEPT ALL {stored}").collect()
+        # Every column of the unit in one job: ids are unique on both sides, so a row of one side
+        # that the other lacks, or whose value differs (NULL-safe), is exactly what EXCEPT ALL over
+        # (id, column) both ways would report for that column.
+        columns = [column_of(name) for name in unit.names]
+        same = ", ".join(f"s.{c} <=> q.{c} AS same_{i}" for i, c in enumerate(columns))
+        values = ", ".join(f"s.{c} AS s_{i}, q.{c} AS q_{i}" for i, c in enumerate(columns))
+        rows = spark.sql(
+            f"SELECT s.id AS s_id, q.id AS q_id, {values}, {same} "
+            f"FROM {relation} AS s FULL JOIN ({unit.sql}) AS q ON s.id = q.id"
+        ).collect()
+        for i, name in enumerate(unit.names):
+            differing = [
+                r for r in rows if not (r["s_id"] is not None and r["q_id"] is not None and r[f"same_{i}"])
+            ]
+            extra = [(r["s_id"], r[f"s_{i}"]) for r in differing if r["s_id"] is not None]
+            missing = [(r["q_id"], r[f"q_{i}"]) for r in differing if r["q_id"] is not None]
             if extra or missing:
                 self.values[name].append(
-                    f"{step}: stored but not in the query {sorted(map(tuple, extra), key=repr)}; "
-                    f"in the query but not stored {sorted(map(tuple, missing), key=repr)}"
+                    f"{step}: stored but not in the query {sorted(extra, key=repr)}; "
+                    f"in the query but not stored {sorted(missing, key=repr)}"
                 )
 
 
