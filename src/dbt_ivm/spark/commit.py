@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dbt_ivm.errors import IvmError
-from dbt_ivm.spark.iceberg import TableName, load_table
+from dbt_ivm.spark.iceberg import REPLACE, TableName, load_table
 
 FRONTIER_PROPERTY = "dbt-ivm.frontier"
 FINGERPRINT_PROPERTY = "dbt-ivm.fingerprint"
@@ -64,7 +64,7 @@ def current_stamp(spark: Any, table: TableName) -> tuple[int | None, Stamp | Non
     current = int(snapshot.snapshotId())
     while snapshot is not None:
         stamp = _stamp_of(snapshot.summary())
-        if stamp is not None or snapshot.operation() != "replace" or snapshot.parentId() is None:
+        if stamp is not None or snapshot.operation() != REPLACE or snapshot.parentId() is None:
             return current, stamp
         snapshot = loaded.snapshot(snapshot.parentId())
     return current, None  # the stamped snapshot expired

@@ -20,16 +20,19 @@ def readable(error: BaseException) -> str | None:
     java = getattr(error, "java_exception", None)
     if java is None:
         return None
-    lines: list[str] = []
-    cause: Any = java
+    outer = _first_line(java)
+    deeper = ""  # the innermost cause that says something the outer message does not
+    cause = java.getCause()
     for _ in range(MAX_CAUSES):
         if cause is None:
             break
         line = _first_line(cause)
-        if line and (not lines or line not in lines[0]):
-            lines = [lines[0], line] if lines else [line]
+        if line and line not in outer:
+            deeper = line
         cause = cause.getCause()
-    return "; caused by ".join(lines) or None
+    if not outer:
+        return deeper or None
+    return f"{outer}; caused by {deeper}" if deeper else outer
 
 
 def _first_line(java_exception: Any) -> str:

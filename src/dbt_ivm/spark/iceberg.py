@@ -23,6 +23,8 @@ TableName = str | Sequence[str]
 DELETE_FILE_COUNTERS = ("total-delete-files", "added-delete-files", "removed-delete-files")
 # Row images a snapshot added and removed: its changelog's size (copy-on-write: whole files).
 RECORD_COUNTERS = ("added-records", "deleted-records")
+# The operation of a snapshot that only moved rows between files (compaction, manifest rewrites).
+REPLACE = "replace"
 
 
 class NotAnIcebergTable(IvmError):
@@ -76,7 +78,7 @@ class Snapshot:
     def rewrites_only(self) -> bool:
         """A `replace` snapshot (rewrite_data_files, rewrite_manifests, compaction): the same rows in
         other files. Iceberg's changelog scan skips it, and no row changed."""
-        return self.operation == "replace"
+        return self.operation == REPLACE
 
     @property
     def changed_records(self) -> int:

@@ -44,15 +44,7 @@ def repeated_key(spark: Any, sources: Sequence[SparkTable], bound: dict[str, exp
         if not info.primary_key or info.qualified not in bound:
             continue
         key = [internal_column(info, k) for k in info.primary_key]
-        count = exp.alias_(exp.func("COUNT", exp.Star()), REPEATS, quoted=True)
-        query = (
-            exp.select(*columns(key), count)
-            .from_(bound[info.qualified].copy())
-            .group_by(*columns(key))
-            .having(exp.GT(this=exp.func("COUNT", exp.Star()), expression=exp.Literal.number(1)))
-            .limit(1)
-        )
-        found = spark.sql(query.sql(DIALECT)).collect()
+        found = _first_repeat(spark, bound[info.qualified], key)
         if found:
             row = found[0]
             return RepeatedKey(info.qualified, info.primary_key, tuple(row[:-1]), int(row[-1]))
@@ -61,11 +53,17 @@ def repeated_key(spark: Any, sources: Sequence[SparkTable], bound: dict[str, exp
 
 def stored_key_repeats(spark: Any, table: exp.Table, key: Sequence[str]) -> bool:
     """Whether the stream table holds one of its keys twice."""
+    return bool(_first_repeat(spark, table, key))
+
+
+def _first_repeat(spark: Any, relation: exp.Expr, key: Sequence[str]) -> list[Any]:
+    """At most one row: a value of `key` that `relation` holds more than once, and how often."""
+    count = exp.func("COUNT", exp.Star())
     query = (
-        exp.select(exp.Literal.number(1))
-        .from_(table.copy())
+        exp.select(*columns(key), exp.alias_(count, REPEATS, quoted=True))
+        .from_(relation.copy())
         .group_by(*columns(key))
-        .having(exp.GT(this=exp.func("COUNT", exp.Star()), expression=exp.Literal.number(1)))
+        .having(exp.GT(this=count.copy(), expression=exp.Literal.number(1)))
         .limit(1)
     )
-    return bool(spark.sql(query.sql(DIALECT)).collect())
+    return list(spark.sql(query.sql(DIALECT)).collect())
