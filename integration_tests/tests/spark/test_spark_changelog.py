@@ -144,34 +144,72 @@ def test_start_without_snapshot_reads_everything_as_new(spark: Any, spark_schema
     assert_z_set_law(spark, change)
 
 
-def test_merge_on_read_deletes_fall_back_to_a_snapshot_diff(spark: Any, spark_schema: str) -> None:
-    t = f"{spark_schema}.mor"
-    spark.sql(
-        f"CREATE TABLE {t} (id INT, v STRING) USING iceberg TBLPROPERTIES ("
-        "'format-version'='2', 'write.delete.mode'='merge-on-read', "
-        "'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read')"
-    )
-    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
-    start = current_snapshot_id(spark, t)
-    spark.sql(f"DELETE FROM {t} WHERE id = 3")
-    spark.sql(f"UPDATE {t} SET v = 'B' WHERE id = 2")
-    spark.sql(f"INSERT INTO {t} VALUES (4, 'd')")
-    assert any(s.has_delete_files for s in snapshots(spark, t).values())
-    change = create_change_view(spark, t, "mor_changes", start)
-    assert change.path == "snapshot_diff"
-    assert "merge-on-read" in (change.reason or "")
-    assert sorted(r[:3] for r in changes(spark, "mor_changes")) == [
-        (2, "B", 1),
-        (2, "b", -1),
-        (3, "c", -1),
-        (4, "d", 1),
-    ]
-    assert_z_set_law(spark, change)
+MERGE_ON_READ = (
+    "'format-version'='2', 'write.delete.mode'='merge-on-read', "
+    "'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read'"
+)
 
 
-def test_merge_on_read_delete_files_from_before_the_range_also_block_the_changelog(
-    spark: Any, spark_schema: str
+@pytest.mark.parametrize("granularity", ["partition", "file"])
+def test_merge_on_read_reads_only_the_files_the_range_touched(
+    spark: Any, spark_schema: str, granularity: str
 ) -> None:
+    """Delete files scoped to a partition name their data files only inside them (read from the
+    delete file); file-scoped ones name it in their metadata. Either way only touched files are read."""
+    t = f"{spark_schema}.mor_{granularity}"
+    spark.sql(
+        f"CREATE TABLE {t} (id INT, v STRING, day INT) USING iceberg PARTITIONED BY (day) "
+        f"TBLPROPERTIES ({MERGE_ON_READ}, 'write.delete.granularity'='{granularity}')"
+    )
+    for day in range(4):  # four files of 50 rows, one per partition
+        spark.sql(f"INSERT INTO {t} SELECT id, 'x', {day} FROM range({day * 50}, {day * 50 + 50}) AS r(id)")
+    start = current_snapshot_id(spark, t)
+    spark.sql(f"DELETE FROM {t} WHERE id IN (3, 4)")
+    spark.sql(f"UPDATE {t} SET v = 'B' WHERE id = 60")
+    spark.sql(f"INSERT INTO {t} VALUES (1000, 'd', 3)")
+    spark.sql(f"DELETE FROM {t} WHERE id = 60")  # the updated row again, now in the UPDATE's file
+    assert any(s.has_delete_files for s in snapshots(spark, t).values())
+    change = create_change_view(spark, t, f"mor_{granularity}_changes", start)
+    assert change.path == "touched_files", change.reason
+    # the files of days 0 and 1 at both ends, the UPDATE's and the INSERT's at the end (their
+    # records, deleted or not); days 2 and 3 are not read
+    assert change.row_images == 2 * 100 + 1 + 1, change.row_images
+    assert_z_set_law(spark, change)
+    change.release and change.release()
+
+
+def test_merge_on_read_through_compactions(spark: Any, spark_schema: str) -> None:
+    """A compaction inside the range moves rows between files: those files are touched too."""
+    t = f"{spark_schema}.mor_compacted"
+    spark.sql(f"CREATE TABLE {t} (id INT, v STRING) USING iceberg TBLPROPERTIES ({MERGE_ON_READ})")
+    for first in (0, 10, 20):
+        spark.sql(f"INSERT INTO {t} SELECT id, 'x' FROM range({first}, {first + 10}) AS r(id)")
+    spark.sql(f"DELETE FROM {t} WHERE id = 1")
+    start = current_snapshot_id(spark, t)
+    spark.sql(f"DELETE FROM {t} WHERE id = 11")
+    spark.sql(
+        f"CALL spark_catalog.system.rewrite_position_delete_files(table => '{t}', options => map('rewrite-all', 'true'))"
+    )
+    spark.sql(f"UPDATE {t} SET v = 'y' WHERE id = 21")
+    spark.sql(
+        f"CALL spark_catalog.system.rewrite_data_files(table => '{t}', options => map('rewrite-all', 'true'))"
+    )
+    spark.sql(f"DELETE FROM {t} WHERE id = 2")
+    change = create_change_view(spark, t, "mor_compacted_changes", start)
+    assert change.path == "touched_files", change.reason
+    assert_z_set_law(spark, change)
+    net: Counter[tuple[Any, ...]] = Counter()
+    for *row, weight, _seq in changes(spark, "mor_compacted_changes"):
+        net[tuple(row)] += weight
+    assert {row: w for row, w in net.items() if w} == {
+        (2, "x"): -1,
+        (11, "x"): -1,
+        (21, "x"): -1,
+        (21, "y"): 1,
+    }
+
+
+def test_merge_on_read_delete_files_from_before_the_range(spark: Any, spark_schema: str) -> None:
     t = f"{spark_schema}.mor_old"
     spark.sql(f"CREATE TABLE {t} (id INT) USING iceberg TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
     # One data file, so deleting one of its rows writes a delete file (not a metadata-only delete).
@@ -181,7 +219,8 @@ def test_merge_on_read_delete_files_from_before_the_range_also_block_the_changel
     assert start is not None and snapshots(spark, t)[start].has_delete_files
     spark.sql(f"INSERT INTO {t} VALUES (3)")  # an append, but the delete file is still live
     change = create_change_view(spark, t, "mor_old_changes", start)
-    assert change.path == "snapshot_diff"
+    assert change.path == "touched_files", change.reason
+    assert changes(spark, "mor_old_changes") == [(3, 1, 1)]  # only the appended file is read
     assert_z_set_law(spark, change)
 
 

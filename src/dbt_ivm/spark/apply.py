@@ -10,6 +10,7 @@ MERGE.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,11 @@ class TempViews:
     prefix: str = field(default_factory=lambda: f"__ivm_{uuid.uuid4().hex[:12]}")
     names: list[str] = field(default_factory=list)
     frames: list[Any] = field(default_factory=list)  # cached DataFrames, unpersisted by drop()
+    releases: list[Callable[[], None]] = field(default_factory=list)  # run by drop(), after the views
+
+    def on_drop(self, release: Callable[[], None]) -> None:
+        """Run `release` when the views are dropped (what a view holds outside Spark's catalog)."""
+        self.releases.append(release)
 
     def name(self, purpose: str) -> str:
         view = f"{self.prefix}_{purpose}"
@@ -75,6 +81,9 @@ class TempViews:
         for frame in self.frames:
             frame.unpersist()
         self.frames.clear()
+        for release in self.releases:
+            release()
+        self.releases.clear()
 
 
 def plain_layout(names: list[str]) -> Layout:

@@ -19,9 +19,13 @@ it, tried in this order:
     ancestor of the end snapshot and no delete files. Rows a copy-on-write rewrite carried over
     unchanged appear as a −1 and a +1 of the same row in one commit; they cancel as weights, and
     ``compacted`` (weights summed per row image) drops them before the delta rules see them.
+``touched_files``
+    The range has merge-on-read delete files, which the changelog scan refuses: the data files the
+    range touched, read at the start with −1 and at the end with +1 (``touched_files``). Like the
+    changelog, it costs what the range wrote, not the table.
 ``snapshot_diff``
-    Both snapshots are still readable, but the changelog cannot serve (merge-on-read delete files,
-    the table was replaced by ``CREATE OR REPLACE``, a snapshot in between expired, or there is no
+    Both snapshots are still readable, but neither of the above can serve (equality deletes, the
+    table was replaced by ``CREATE OR REPLACE``, a snapshot in between expired, or there is no
     start snapshot): ``new EXCEPT ALL old`` with +1, ``old EXCEPT ALL new`` with −1.
 ``full_refresh``
     The start state is gone (expired snapshot, the table was dropped and re-created), a column read
@@ -32,7 +36,7 @@ it, tried in this order:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -48,13 +52,13 @@ from dbt_ivm.spark.iceberg import (
     quoted_name,
     state_sql,
 )
+from dbt_ivm.spark.touched_files import Staged, create_touched_files_view
+from dbt_ivm.sqltext import SEQ, WEIGHT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-WEIGHT = "__ivm_weight"
-SEQ = "__ivm_seq"
-ChangePath = Literal["changelog", "snapshot_diff", "full_refresh"]
+ChangePath = Literal["changelog", "touched_files", "snapshot_diff", "full_refresh"]
 # Changelog rows whose image went away.
 REMOVED_CHANGE_TYPES = ("DELETE", "UPDATE_BEFORE")
 
@@ -76,6 +80,8 @@ class ChangeView:
     row_images: int = 0
     # The columns read changed name, type or order: rows read before and after do not line up.
     schema_changed: bool = False
+    # Frees what the view holds in the driver (touched_files: staged scan tasks); call once done.
+    release: Callable[[], None] | None = None
 
     @property
     def needs_full_refresh(self) -> bool:
@@ -162,6 +168,20 @@ def create_change_view(
             reason = f"Iceberg's changelog failed: {str(error).strip().splitlines()[0][:300]}"
         else:
             return ChangeView("changelog", view_name, label, start_snapshot_id, end, columns, None, images)
+    elif known.chain is not None:  # merge-on-read: read the files the range touched
+        staged = create_touched_files_view(spark, table, view_name, columns, start_snapshot_id, known.chain)
+        if isinstance(staged, Staged):
+            return ChangeView(
+                "touched_files",
+                view_name,
+                label,
+                start_snapshot_id,
+                end,
+                columns,
+                row_images=staged.row_images,
+                release=staged.release,
+            )
+        reason = f"{label} has merge-on-read changes the touched files cannot name: {staged}"
     _create_diff_view(spark, table, view_name, columns, start_snapshot_id, end)
     return ChangeView("snapshot_diff", view_name, label, start_snapshot_id, end, columns, reason, images)
 

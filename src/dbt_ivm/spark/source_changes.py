@@ -74,6 +74,8 @@ def bind(
             None if end == NO_SNAPSHOT else end,
             read=reads[name],
         )
+        if change.release is not None:
+            views.on_drop(change.release)
         if change.view is None:
             return Batch(
                 f"changes of {name} are unavailable: {change.reason}", total, rebuild=change.schema_changed
@@ -103,9 +105,9 @@ def bind(
         delta = views.cached(f"delta{index}", compacted(raw, names, image))
         deltas.append(delta)
         bindings.delta[name] = delta
-        # The summaries bound the changelog's net changes from above: count only when they could
-        # exceed the threshold (a snapshot diff's may not bound it).
-        may_exceed = change.path != "changelog" or change.row_images > spec.full_refresh_threshold * size
+        # The row images read bound the net changes from above: count only when they could exceed
+        # the threshold (a snapshot diff's are not known).
+        may_exceed = change.path == "snapshot_diff" or change.row_images > spec.full_refresh_threshold * size
         if size > 0 and may_exceed:
             count = count_rows(spark, delta)
             total += count
