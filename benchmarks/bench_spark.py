@@ -3,6 +3,7 @@
     python benchmarks/bench_spark.py                    # orders at 10M rows, recent changes
     python benchmarks/bench_spark.py --changes uniform  # changes spread over every partition
     python benchmarks/bench_spark.py --rows 1000000     # a quick check at 1M rows
+    python benchmarks/bench_spark.py --writes merge-on-read  # the changes written as delete files
 
 Run by hand; prints a Markdown table (kept in docs/benchmarks.md) and progress on stderr.
 
@@ -54,7 +55,7 @@ def timed(action: Any) -> tuple[float, Any]:
     return time.monotonic() - started, value
 
 
-def create_orders(spark: Any, rows: int) -> None:
+def create_orders(spark: Any, rows: int, writes: str = "copy-on-write") -> None:
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
     spark.range(rows).selectExpr(
         "id",
@@ -62,9 +63,10 @@ def create_orders(spark: Any, rows: int) -> None:
         "CAST(pmod(hash(id, 7), 100000) / 100.0 AS DECIMAL(10,2)) AS amount",
         f"CAST(id * {DAYS} DIV {rows} AS INT) AS order_day",
     ).createOrReplaceTempView("bench_orders_source")
+    modes = "".join(f", 'write.{op}.mode'='{writes}'" for op in ("delete", "update", "merge"))
     spark.sql(
         f"CREATE TABLE {SCHEMA}.orders USING iceberg PARTITIONED BY (order_day) "
-        "TBLPROPERTIES ('dbt_ivm.primary_key'='id') "
+        f"TBLPROPERTIES ('dbt_ivm.primary_key'='id'{modes}) "
         "AS SELECT * FROM bench_orders_source ORDER BY order_day"
     )
     spark.catalog.dropTempView("bench_orders_source")
@@ -153,6 +155,12 @@ def main() -> int:
         default="differential",
         help="refresh_mode: differential (always the delta path) or auto (may choose FULL)",
     )
+    parser.add_argument(
+        "--writes",
+        choices=("copy-on-write", "merge-on-read"),
+        default="copy-on-write",
+        help="how orders' UPDATE, DELETE and MERGE write (merge-on-read: position delete files)",
+    )
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--warehouse", help="warehouse directory (default: a temporary one)")
@@ -168,13 +176,13 @@ def main() -> int:
         fast_start=False,  # long, heavy queries: full JIT and the default GC
     )
     try:
-        return run(settings, args.rows, args.repeats, args.changes, args.mode)
+        return run(settings, args.rows, args.repeats, args.changes, args.mode, args.writes)
     finally:
         if not args.warehouse and not args.keep:
             shutil.rmtree(warehouse, ignore_errors=True)
 
 
-def run(settings: SessionSettings, rows: int, repeats: int, changes: str, mode: str) -> int:
+def run(settings: SessionSettings, rows: int, repeats: int, changes: str, mode: str, writes: str) -> int:
     log(f"starting Spark ({settings.master}) over {settings.warehouse}")
     spark = get_or_create_session(settings)
     spark.sparkContext.setLogLevel("ERROR")
@@ -185,7 +193,7 @@ def run(settings: SessionSettings, rows: int, repeats: int, changes: str, mode: 
         sql=QUERY,
         refresh_mode=mode,
     )
-    build_seconds, _ = timed(lambda: create_orders(spark, rows))
+    build_seconds, _ = timed(lambda: create_orders(spark, rows, writes))
     log(f"orders: {rows:,} rows in {build_seconds:.1f}s")
     create_seconds, created = timed(lambda: run_stream_table(spark, spec))
     log(f"stream table: {created.summary()} ({create_seconds:.1f}s)")
@@ -220,7 +228,7 @@ def run(settings: SessionSettings, rows: int, repeats: int, changes: str, mode: 
     ratio = table_median / diff_median
     batch = max(rows // 1000, 10)
     print(f"\norders: {rows:,} rows, {CUSTOMERS:,} customers, {DAYS} daily partitions; ", end="")
-    print(f"batch: {batch:,} changed rows (0.1 %), {changes} changes")
+    print(f"batch: {batch:,} changed rows (0.1 %), {changes} changes, written {writes}")
     print(f"repeats: {repeats}, master {settings.master}; initial stream table build ", end="")
     print(f"{create_seconds:.1f}s, first ct_table build {first_table_seconds:.1f}s\n")
     print("| customer_totals | " + " | ".join(f"run {i}" for i in range(1, repeats + 1)), end="")
