@@ -95,9 +95,12 @@ def create_touched_files_view(
             manager.removeTasks(loaded, set_id)
         staged.clear()
 
-    def read_at(snapshot: int, weight: int, touched: frozenset[str], seq: int) -> tuple[Any, int]:
+    def read_at(snapshot: int, touched: frozenset[str]) -> tuple[Any, int]:
+        """The touched files' rows at `snapshot`, and their record count."""
         tasks = spark.sparkContext._jvm.java.util.ArrayList()
         images = 0
+        if not touched:
+            return spark.read.table(quoted_name(table)).where("false"), 0
         found = loaded.newScan().useSnapshot(int(snapshot)).planFiles()
         try:
             iterator = found.iterator()
@@ -110,33 +113,27 @@ def create_touched_files_view(
         finally:
             found.close()
         if tasks.isEmpty():  # Iceberg stages no empty set
-            frame = spark.read.table(quoted_name(table)).where("false")
-        else:
-            set_id = f"dbt_ivm_{uuid.uuid4().hex}"
-            manager.stageTasks(loaded, set_id, tasks)
-            staged.append(set_id)
-            frame = spark.read.format("iceberg").option("scan-task-set-id", set_id).table(quoted_name(table))
-        selected = frame.selectExpr(
+            return spark.read.table(quoted_name(table)).where("false"), 0
+        set_id = f"dbt_ivm_{uuid.uuid4().hex}"
+        manager.stageTasks(loaded, set_id, tasks)
+        staged.append(set_id)
+        return spark.read.format("iceberg").option("scan-task-set-id", set_id).table(
+            quoted_name(table)
+        ), images
+
+    def weighed(frame: Any, weight: int, seq: int) -> Any:
+        return frame.selectExpr(
             *(quote_identifier(c) for c in columns),
             f"CAST({weight} AS INT) AS {quote_identifier(WEIGHT)}",
             f"CAST({seq} AS BIGINT) AS {quote_identifier(SEQ)}",
         )
-        return selected, images
 
     images = 0
     try:
-        view = (
-            spark.read.table(quoted_name(table))
-            .where("false")
-            .selectExpr(
-                *(quote_identifier(c) for c in columns),
-                f"CAST(1 AS INT) AS {quote_identifier(WEIGHT)}",
-                f"CAST(0 AS BIGINT) AS {quote_identifier(SEQ)}",
-            )
-        )
+        view = weighed(read_at(start, frozenset())[0], 1, 0)  # no rows: compactions only
         for seq, (snapshot, weight, touched) in enumerate(reads):
-            frame, read = read_at(snapshot, weight, touched, seq)
-            view, images = view.unionAll(frame), images + read
+            frame, read = read_at(snapshot, touched)
+            view, images = view.unionAll(weighed(frame, weight, seq)), images + read
         view.createOrReplaceTempView(quote_identifier(view_name))
     except Exception:
         release()
