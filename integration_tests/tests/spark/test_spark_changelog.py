@@ -16,6 +16,7 @@ from dbt_ivm.spark.iceberg import (
     create_state_view,
     current_snapshot_id,
     current_version,
+    load_table,
     is_iceberg_table,
     snapshots,
     snapshots_after,
@@ -171,9 +172,17 @@ def test_merge_on_read_reads_only_the_files_the_range_touched(
     assert any(s.has_delete_files for s in snapshots(spark, t).values())
     change = create_change_view(spark, t, f"mor_{granularity}_changes", start)
     assert change.path == "touched_files", change.reason
-    # the files of days 0 and 1 at both ends, the UPDATE's and the INSERT's at the end (their
-    # records, deleted or not); days 2 and 3 are not read
-    assert change.row_images == 2 * 100 + 1 + 1, change.row_images
+    # the UPDATE's file and the INSERT's, at the end (their records, deleted or not), and the 4
+    # positions the delete files name (3 and 4 in day 0's file, 60 in day 1's and in the UPDATE's);
+    # the files of days 0 and 1 are scanned for those positions only
+    assert change.row_images == 1 + 1 + 4, change.row_images
+    # no row read twice: the view holds exactly the net change
+    assert sorted(r[:4] for r in changes(spark, f"mor_{granularity}_changes")) == [
+        (3, "x", 0, -1),
+        (4, "x", 0, -1),
+        (60, "x", 1, -1),
+        (1000, "d", 3, 1),
+    ]
     assert_z_set_law(spark, change)
     change.release and change.release()
 
@@ -220,8 +229,30 @@ def test_merge_on_read_delete_files_from_before_the_range(spark: Any, spark_sche
     spark.sql(f"INSERT INTO {t} VALUES (3)")  # an append, but the delete file is still live
     change = create_change_view(spark, t, "mor_old_changes", start)
     assert change.path == "touched_files", change.reason
-    assert changes(spark, "mor_old_changes") == [(3, 1, 1)]  # only the appended file is read
+    assert [r[:2] for r in changes(spark, "mor_old_changes")] == [(3, 1)]  # only the appended file is read
     assert_z_set_law(spark, change)
+
+
+def test_merge_on_read_delete_file_removed_brings_rows_back(spark: Any, spark_schema: str) -> None:
+    """Rows whose delete file went away without a replacement are live again: read with +1. A
+    DELETE that merges the earlier delete file into its own counts only its new positions."""
+    t = f"{spark_schema}.mor_revived"
+    spark.sql(f"CREATE TABLE {t} (id INT) USING iceberg TBLPROPERTIES ({MERGE_ON_READ})")
+    spark.sql(f"INSERT INTO {t} SELECT /*+ COALESCE(1) */ id FROM range(1, 7) AS r(id)")
+    spark.sql(f"DELETE FROM {t} WHERE id = 3")
+    start = current_snapshot_id(spark, t)
+    spark.sql(f"DELETE FROM {t} WHERE id = 5")  # replaces the delete file of 3 with one of 3 and 5
+    loaded = load_table(spark, t)
+    merged = list(loaded.currentSnapshot().addedDeleteFiles(loaded.io()))
+    assert len(merged) == 1 and merged[0].recordCount() == 2
+    loaded.newRowDelta().removeDeletes(merged[0]).commit()  # 3 and 5 are back
+    assert snapshots(spark, t)[current_snapshot_id(spark, t)].operation != "replace"
+    spark.sql(f"DELETE FROM {t} WHERE id = 6")
+    change = create_change_view(spark, t, "mor_revived_changes", start)
+    assert change.path == "touched_files", change.reason
+    assert sorted(r[:2] for r in changes(spark, "mor_revived_changes")) == [(3, 1), (6, -1)]
+    assert_z_set_law(spark, change)
+    change.release and change.release()
 
 
 def test_expired_start_snapshot_needs_a_full_refresh(spark: Any, spark_schema: str) -> None:

@@ -1,36 +1,41 @@
-"""Changes of a merge-on-read table: the data files a snapshot range touched, read at both its ends.
+"""Changes of a merge-on-read table: what a snapshot range deleted or added, read from the files it touched.
 
 Iceberg 1.9's changelog scan refuses delete files. A merge-on-read DELETE, UPDATE or MERGE names the
-rows it removes in position delete files, each pointing at data files, and writes the rows it adds
-to new data files. Every other data file holds the same rows at both ends of the range, so the
-range's net change is
+rows it removes in position delete files — (data file, row position) pairs — and writes the rows it
+adds to new data files. Between two snapshots a data file's rows never change; only which of them
+are deleted does. So the range's net change is read from three kinds of file:
 
-    (rows of the touched files at the end) − (rows of the touched files at the start)
+* data files the range added or removed (appends, copy-on-write rewrites): read whole, at the end
+  with +1 and at the start with −1 (a file present at one end only contributes to that end);
+* data files present at both ends whose rows the range deleted: only the rows at positions that
+  delete files added in the range name and delete files removed in it do not, read at the start
+  with −1 (a DELETE that merges a file's earlier delete file into a new one removes the old file
+  and adds the merged one: only the new positions count);
+* the reverse, rows at positions that only the removed delete files named, read at the end with +1
+  (a delete file dropped without a replacement brings its rows back; rare, so checked first).
 
-as +1 and −1 images, whose identical pairs cancel when the change set is compacted. Reading them
-costs the touched files, not the table: an UPDATE of one row in a 100-file table reads one file at
-each end.
+Reading costs the changed rows and the files the range wrote, never the table: an UPDATE of one row
+of a 100-file table reads the file it wrote and scans one file for one position.
 
-Touched: data files that a snapshot in the range added or removed, and those that position delete
-files added or removed in the range point at. A compaction (a ``replace`` snapshot) moves rows between
-files without changing any: the range is split there and each segment read on its own, so the files
-it rewrote are never read.
-Equality deletes name rows by value and may apply to any file: not read here (snapshot diff).
+A compaction (a ``replace`` snapshot) moves rows between files without changing any: the range is
+split there and each segment read on its own, so the files it rewrote are never read. Equality
+deletes name rows by value and may apply to any file: not read here (snapshot diff).
 
-The two reads are Iceberg scans of exactly those files with the deletes live at each end applied:
-the file scan tasks planned at each snapshot are staged in Iceberg's ``ScanTaskSetManager`` and
-read through the ``scan-task-set-id`` read option (what Iceberg's own rewrite procedures use).
-Staged tasks stay in the driver until ``Staged.release`` runs.
+The reads are Iceberg scans of exactly those files with the deletes live at each end applied: the
+file scan tasks planned at each snapshot are staged in Iceberg's ``ScanTaskSetManager`` and read
+through the ``scan-task-set-id`` read option (what Iceberg's own rewrite procedures use), which also
+serves the ``_file`` and ``_pos`` metadata columns the positions are matched on. Staged tasks stay
+in the driver until ``Staged.release`` runs.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from dbt_ivm.spark.iceberg import Snapshot, TableName, load_table, quote_identifier, quoted_name
+from dbt_ivm.spark.iceberg import Snapshot, TableName, load_table, quote_identifier, quoted_name, sql_string
 from dbt_ivm.sqltext import SEQ, WEIGHT
 
 # Formats whose position delete files Spark reads without Iceberg (Avro needs a package).
@@ -39,10 +44,31 @@ READABLE_DELETE_FORMATS = {"PARQUET": "parquet", "ORC": "orc"}
 
 @dataclass(frozen=True)
 class Staged:
-    """The view is created; `row_images`: the rows it reads at both ends (its size before netting)."""
+    """The view is created; `row_images`: the rows it may read (its size before netting, bounded by
+    file and delete-file record counts)."""
 
     row_images: int
     release: Callable[[], None]
+
+
+@dataclass
+class DeleteFiles:
+    """Position delete files, by the format Spark reads them in; `named`: the data files they point
+    at, as far as their metadata says (`unnamed`: some do not say)."""
+
+    paths: dict[str, list[str]] = field(default_factory=dict)
+    named: set[str] = field(default_factory=set)
+    unnamed: bool = False
+    records: int = 0
+
+
+@dataclass
+class SegmentFiles:
+    """What one segment's snapshots wrote (net: a file added and removed inside it is in neither)."""
+
+    data_files: set[str] = field(default_factory=set)  # added or removed: read whole
+    added_deletes: DeleteFiles = field(default_factory=DeleteFiles)
+    removed_deletes: DeleteFiles = field(default_factory=DeleteFiles)
 
 
 def segments(start: int, chain: Sequence[Snapshot]) -> list[tuple[int, list[int]]]:
@@ -81,12 +107,24 @@ def create_touched_files_view(
     `start` made by the snapshots `chain`; or return why it cannot (equality deletes, delete files
     in a format Spark cannot read)."""
     loaded = load_table(spark, table)
-    reads: list[tuple[int, int, frozenset[str]]] = []  # snapshot, weight, files
+    # (snapshot, weight, data files, positions to keep: None for every row)
+    reads: list[tuple[int, int, frozenset[str], Any]] = []
+    images = 0
     for begin, snapshots in segments(start, chain):
-        touched = touched_data_files(spark, loaded, snapshots)
-        if isinstance(touched, str):
-            return touched
-        reads += [(begin, -1, touched), (snapshots[-1], 1, touched)]  # seq: their order in `reads`
+        found = segment_files(loaded, snapshots)
+        if isinstance(found, str):
+            return found
+        whole = frozenset(found.data_files)
+        added, removed = (_positions(spark, d, whole) for d in (found.added_deletes, found.removed_deletes))
+        deleted = _minus(added, removed)
+        revived = _minus(removed, added)
+        reads += [
+            (begin, -1, whole, None),
+            (begin, -1, _named(found.added_deletes, deleted, whole), deleted),
+            (snapshots[-1], 1, whole, None),
+            (snapshots[-1], 1, _data_files_of(revived), revived),
+        ]
+        images += found.added_deletes.records + found.removed_deletes.records
     manager = spark.sparkContext._jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
     staged: list[str] = []
 
@@ -95,31 +133,34 @@ def create_touched_files_view(
             manager.removeTasks(loaded, set_id)
         staged.clear()
 
-    def read_at(snapshot: int, touched: frozenset[str]) -> tuple[Any, int]:
-        """The touched files' rows at `snapshot`, and their record count."""
+    def read_at(snapshot: int, files: frozenset[str], positions: Any) -> tuple[Any, int] | None:
+        """The rows of `files` at `snapshot` (those at `positions`, when given), and how many the
+        files hold; None when none of them is live there."""
         tasks = spark.sparkContext._jvm.java.util.ArrayList()
-        images = 0
-        if not touched:
-            return spark.read.table(quoted_name(table)).where("false"), 0
+        records = 0
         found = loaded.newScan().useSnapshot(int(snapshot)).planFiles()
         try:
             iterator = found.iterator()
             while iterator.hasNext():
                 task = iterator.next()
-                data_file = task.file()
-                if str(data_file.location()) in touched:
+                if str(task.file().location()) in files:
                     tasks.add(task)
-                    images += int(data_file.recordCount())
+                    records += int(task.file().recordCount())
         finally:
             found.close()
         if tasks.isEmpty():  # Iceberg stages no empty set
-            return spark.read.table(quoted_name(table)).where("false"), 0
+            return None
         set_id = f"dbt_ivm_{uuid.uuid4().hex}"
         manager.stageTasks(loaded, set_id, tasks)
         staged.append(set_id)
-        return spark.read.format("iceberg").option("scan-task-set-id", set_id).table(
-            quoted_name(table)
-        ), images
+        frame = spark.read.format("iceberg").option("scan-task-set-id", set_id).table(quoted_name(table))
+        if positions is None:
+            return frame, records
+        # Metadata columns as plain ones first: Spark's join cannot resolve them in its condition.
+        located = frame.selectExpr("*", "_file AS __ivm_data_file", "_pos AS __ivm_data_pos")
+        kept = positions.selectExpr("file_path AS __ivm_data_file", "pos AS __ivm_data_pos")
+        at = located.join(kept, ["__ivm_data_file", "__ivm_data_pos"], "left_semi")
+        return at, 0
 
     def weighed(frame: Any, weight: int, seq: int) -> Any:
         return frame.selectExpr(
@@ -128,12 +169,12 @@ def create_touched_files_view(
             f"CAST({seq} AS BIGINT) AS {quote_identifier(SEQ)}",
         )
 
-    images = 0
     try:
-        view = weighed(read_at(start, frozenset())[0], 1, 0)  # no rows: compactions only
-        for seq, (snapshot, weight, touched) in enumerate(reads):
-            frame, read = read_at(snapshot, touched)
-            view, images = view.unionAll(weighed(frame, weight, seq)), images + read
+        view = weighed(spark.read.table(quoted_name(table)).where("false"), 1, 0)  # plans no scan
+        for seq, (snapshot, weight, files, positions) in enumerate(reads):
+            read = read_at(snapshot, files, positions) if files else None
+            if read is not None:
+                view, images = view.unionAll(weighed(read[0], weight, seq)), images + read[1]
         view.createOrReplaceTempView(quote_identifier(view_name))
     except Exception:
         release()
@@ -141,34 +182,74 @@ def create_touched_files_view(
     return Staged(images, release)
 
 
-def touched_data_files(spark: Any, loaded: Any, chain: Sequence[int]) -> frozenset[str] | str:
-    """The data files whose rows the snapshots `chain` may have changed (see the module docstring),
-    or why they cannot be named."""
+def segment_files(loaded: Any, chain: Sequence[int]) -> SegmentFiles | str:
+    """The files the snapshots `chain` (one segment) added and removed, from their manifests alone;
+    or why their changes cannot be read here."""
     io = loaded.io()
-    touched: set[str] = set()
-    unreferenced: dict[str, list[str]] = {}  # delete files naming no single data file, by format
+    data_added: dict[str, Any] = {}  # location: the file's metadata
+    data_removed: dict[str, Any] = {}
+    deletes_added: dict[str, Any] = {}
+    deletes_removed: dict[str, Any] = {}
     for snapshot_id in chain:
         snapshot = loaded.snapshot(int(snapshot_id))
-        for data_file in (*snapshot.addedDataFiles(io), *snapshot.removedDataFiles(io)):
-            touched.add(str(data_file.location()))
-        for delete_file in (*snapshot.addedDeleteFiles(io), *snapshot.removedDeleteFiles(io)):
+        for files, into, out in (
+            (snapshot.addedDataFiles(io), data_added, data_removed),
+            (snapshot.removedDataFiles(io), data_removed, data_added),
+            (snapshot.addedDeleteFiles(io), deletes_added, deletes_removed),
+            (snapshot.removedDeleteFiles(io), deletes_removed, deletes_added),
+        ):
+            for content_file in files:
+                location = str(content_file.location())
+                if out.pop(location, None) is None:  # added, then removed: at neither end
+                    into[location] = content_file
+    found = SegmentFiles()
+    found.data_files.update((*data_added, *data_removed))
+    for deletes, kept in ((deletes_added, found.added_deletes), (deletes_removed, found.removed_deletes)):
+        for location, delete_file in deletes.items():
             if str(delete_file.content().toString()) != "POSITION_DELETES":
-                return (
-                    f"snapshot {snapshot_id} has equality delete files, which name rows by value "
-                    "in any data file"
-                )
-            referenced = delete_file.referencedDataFile()
-            if referenced is not None:
-                touched.add(str(referenced))
-                continue
+                return "the range has equality delete files, which name rows by value in any data file"
             file_format = str(delete_file.format().toString())
             if file_format not in READABLE_DELETE_FORMATS:
-                return f"snapshot {snapshot_id} has position delete files in {file_format}"
-            unreferenced.setdefault(READABLE_DELETE_FORMATS[file_format], []).append(
-                str(delete_file.location())
-            )
-    for reader, paths in unreferenced.items():
-        # A partition-scoped delete file may point at several data files: its file_path column says.
-        rows = spark.read.format(reader).load(paths).select("file_path").distinct().collect()
-        touched.update(str(row[0]) for row in rows)
-    return frozenset(touched)
+                return f"the range has position delete files in {file_format}"
+            kept.paths.setdefault(READABLE_DELETE_FORMATS[file_format], []).append(location)
+            kept.records += int(delete_file.recordCount())
+            referenced = delete_file.referencedDataFile()
+            if referenced is None:
+                kept.unnamed = True
+            else:
+                kept.named.add(str(referenced))
+    return found
+
+
+def _positions(spark: Any, deletes: DeleteFiles, whole: frozenset[str]) -> Any:
+    """The (file_path, pos) pairs `deletes` name, outside the files read whole; None if none."""
+    frame = None
+    for reader, paths in deletes.paths.items():
+        read = spark.read.format(reader).load(paths).select("file_path", "pos")
+        frame = read if frame is None else frame.unionAll(read)
+    if frame is not None and whole:
+        listed = ", ".join(sql_string(path) for path in sorted(whole))
+        frame = frame.where(f"file_path NOT IN ({listed})")
+    return frame
+
+
+def _minus(positions: Any, other: Any) -> Any:
+    if positions is None or other is None:
+        return positions
+    return positions.join(other, ["file_path", "pos"], "left_anti")
+
+
+def _named(deletes: DeleteFiles, positions: Any, whole: frozenset[str]) -> frozenset[str]:
+    """The data files `positions` (taken from `deletes`) fall in, from metadata when it says."""
+    if positions is None:
+        return frozenset()
+    if not deletes.unnamed:
+        return frozenset(deletes.named - whole)
+    return _data_files_of(positions)
+
+
+def _data_files_of(positions: Any) -> frozenset[str]:
+    """The data files `positions` fall in: a job over delete files only."""
+    if positions is None:
+        return frozenset()
+    return frozenset(str(row[0]) for row in positions.select("file_path").distinct().collect())
