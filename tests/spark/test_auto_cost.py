@@ -42,3 +42,14 @@ def test_auto_follows_the_refresh_history(spark: Any, spark_schema: str) -> None
     spark.sql(f"INSERT INTO {s}.orders VALUES (6,'b',60)")
     kept = refresh_and_check(spark, s, "totals", sql, "third batch", refresh_mode="differential")
     assert (kept.action, kept.reason) == ("DIFFERENTIAL", None), kept.summary()
+    # The history counts a differential refresh's net changes (in the query that counts the rows
+    # the MERGE will write).
+    spark.sql(f"UPDATE {s}.orders SET amount = amount + 1 WHERE id IN (1, 2)")
+    spark.sql(f"DELETE FROM {s}.orders WHERE id = 3")
+    counted = refresh_and_check(spark, s, "totals", sql, "fourth batch", refresh_mode="differential")
+    assert counted.action == "DIFFERENTIAL", counted.summary()
+    last = spark.sql(
+        f"SELECT changes_read FROM {catalog}.refresh_history "
+        f"WHERE stream_table = '{s}.totals' ORDER BY refresh_id DESC LIMIT 1"
+    ).collect()[0]
+    assert last[0] == 5  # two old and two new images of orders 1 and 2, and order 3 deleted

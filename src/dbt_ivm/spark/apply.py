@@ -139,12 +139,16 @@ def sync_properties(spark: Any, table: tuple[str, str], wanted: dict[str, str]) 
 
 def count_rows(spark: Any, *relations: exp.Expr) -> int:
     """The rows of all `relations`, counted in one job."""
+    return int(spark.sql(rows_in(relations).sql(DIALECT)).collect()[0][0] or 0)
+
+
+def rows_in(relations: tuple[exp.Expr, ...]) -> exp.Select:
+    """A one-value query: how many rows `relations` hold together."""
     counts = [exp.select(exp.alias_(exp.func("COUNT", exp.Star()), "n")).from_(r.copy()) for r in relations]
     union: exp.Query = counts[0]
     for count in counts[1:]:
         union = exp.union(union, count, distinct=False)
-    total = exp.select(exp.func("SUM", exp.column("n"))).from_(union.subquery("counts"))
-    return int(spark.sql(total.sql(DIALECT)).collect()[0][0] or 0)
+    return exp.select(exp.func("SUM", exp.column("n"))).from_(union.subquery("counts"))
 
 
 @dataclass
@@ -156,20 +160,29 @@ class Prepared:
     deleted: int
     merge: str  # Spark SQL
     violations: int = 0  # rows showing that a source's declared key is not unique (keyed layouts)
+    also_counted: int = 0  # the rows of `prepare`'s `also_count` relations
 
     @property
     def changes_anything(self) -> bool:
         return bool(self.inserted or self.updated or self.deleted)
 
 
-def prepare(spark: Any, views: TempViews, table: exp.Table, layout: Layout, delta: exp.Query) -> Prepared:
-    """Pin the rows a row delta (layout columns + weight) will write; count them."""
+def prepare(
+    spark: Any,
+    views: TempViews,
+    table: exp.Table,
+    layout: Layout,
+    delta: exp.Query,
+    also_count: tuple[exp.Expr, ...] = (),
+) -> Prepared:
+    """Pin the rows a row delta (layout columns + weight) will write; count them, and in the same
+    query the rows of `also_count` (the batch's change sets, for the history)."""
     if layout.kind == "multiset":
         summed = views.pinned("summed", multiset.summed_rows(layout, delta, SPARK))
         ops = views.pinned("ops", ordinal_ops(layout, summed, table))
-        row = spark.sql(multiset.ops_counts(ops).sql(DIALECT)).collect()[0]
+        row = _counted(spark, multiset.ops_counts(ops), also_count)
         merge = multiset.merge(layout, ops, table, SPARK).sql(DIALECT)
-        return Prepared(int(row[0]), 0, int(row[1]), merge)
+        return Prepared(int(row[0]), 0, int(row[1]), merge, also_counted=int(row[-1] or 0))
     # Nothing enforces a key on Spark: rows keyed by source keys check that those are unique.
     checked = layout.kind == "keyed"
     consolidated = keyed.consolidated_rows(layout, delta, SPARK, checked)
@@ -181,9 +194,18 @@ def prepare(spark: Any, views: TempViews, table: exp.Table, layout: Layout, delt
             for a in ("I", "U", "D", keyed.VIOLATES)
         ]
     ).from_(rows)
-    found = spark.sql(counts.sql(DIALECT)).collect()[0]
+    found = _counted(spark, counts, also_count)
     merge = keyed.classified_merge(layout, rows, table, SPARK).sql(DIALECT)
-    return Prepared(int(found[0]), int(found[1]), int(found[2]), merge, int(found[3]))
+    return Prepared(
+        int(found[0]), int(found[1]), int(found[2]), merge, int(found[3]), also_counted=int(found[-1] or 0)
+    )
+
+
+def _counted(spark: Any, counts: exp.Select, also_count: tuple[exp.Expr, ...]) -> Any:
+    """The one row of `counts`, its last value the rows of `also_count` (0 when none): one call, not
+    one per count."""
+    extra = exp.Subquery(this=rows_in(also_count)) if also_count else exp.Literal.number(0)
+    return spark.sql(counts.select(extra).sql(DIALECT)).collect()[0]
 
 
 def ordinal_ops(layout: Layout, summed: exp.Expr, stream_table: exp.Table) -> exp.Select:

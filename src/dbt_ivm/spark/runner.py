@@ -435,7 +435,11 @@ def _refresh(
     if delta is None:  # no changed source reaches the result
         stamp_without_data(spark, _parts(spec), new_stamp)
     else:
-        prepared = spark_apply.prepare(spark, views, _table(spec), layout, delta)
+        # The change sets are counted for the history in the same query as the rows to write.
+        also_count = batch.deltas if result.action == "DIFFERENTIAL" and batch and not counted else ()
+        prepared = spark_apply.prepare(spark, views, _table(spec), layout, delta, also_count)
+        if also_count:
+            changes, counted = prepared.also_counted, True
         if prepared.violations:
             why = _refuse_repeated_key(backend, compiled, ends, drop=False)
             return _build(backend, sql, "REBUILD", why, started)
@@ -446,7 +450,7 @@ def _refresh(
         )
         _commit(spark, spec, prepared, new_stamp)
     if result.action == "DIFFERENTIAL" and batch is not None and not counted:
-        changes = source_changes.changes_in(spark, batch)  # change sets kept: a cheap job
+        changes = source_changes.changes_in(spark, batch)  # no row delta was prepared
     lifecycle.record(backend, result, changes, started)
     _kill_point("after_history")
     return result
