@@ -1,22 +1,24 @@
-"""Child process for the kill tests, on its own warehouse (its own SparkSession and JVM).
+"""Child process for the kill tests, on a warehouse of their own (its own SparkSession and JVM).
 
-    python -m tests.spark.kill_child prepare WAREHOUSE   # sources, stream tables, a batch of DML,
-                                                        # then a refresh killed at DBT_IVM_SPARK_KILL_AT
-    python -m tests.spark.kill_child recover WAREHOUSE  # the next refreshes must be correct
+    python -m tests.spark.kill_child prepare WAREHOUSE SCHEMA  # sources, stream tables, a batch of
+                                    # DML in SCHEMA, then a refresh killed at DBT_IVM_SPARK_KILL_AT
+    python -m tests.spark.kill_child recover WAREHOUSE SCHEMA...  # the next refreshes of each
+                                    # schema must be correct: prints "recovered SCHEMA" or the error
 
 The test process never opens this warehouse, so each phase can use the tests' own session builder.
+One recovering process serves every killed schema: a JVM start is most of a phase's time.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import traceback
 from typing import Any
 
 from tests.spark.oracle import refresh_and_check
 from tests.spark.sessions import build_session
 
-SCHEMA = "killed"
 KILL_ENV = "DBT_IVM_SPARK_KILL_AT"
 
 
@@ -31,8 +33,7 @@ def streams(s: str) -> dict[str, str]:
     }
 
 
-def prepare(spark: Any, kill_at: str) -> None:
-    s = SCHEMA
+def prepare(spark: Any, s: str, kill_at: str) -> None:
     sql = spark.sql
     sql(f"CREATE DATABASE IF NOT EXISTS {s}")
     sql(f"CREATE TABLE {s}.orders (id int NOT NULL, customer string, amount decimal(10,2)) USING iceberg")
@@ -54,8 +55,7 @@ def prepare(spark: Any, kill_at: str) -> None:
     refresh_and_check(spark, s, last[0], last[1], "killed", refresh_mode="differential")
 
 
-def recover(spark: Any) -> None:
-    s = SCHEMA
+def recover(spark: Any, s: str) -> None:
     sql = spark.sql
     for name, query in streams(s).items():
         first = refresh_and_check(spark, s, name, query, "after the kill", refresh_mode="differential")
@@ -67,17 +67,21 @@ def recover(spark: Any) -> None:
     for name, query in streams(s).items():
         later = refresh_and_check(spark, s, name, query, "later batch", refresh_mode="differential")
         assert later.action == "DIFFERENTIAL", later.summary()
-    print("recovered")
+    print(f"recovered {s}", flush=True)
 
 
 def main() -> None:
-    phase, warehouse = sys.argv[1:3]
+    phase, warehouse, *schemas = sys.argv[1:]
     kill_at = os.environ.pop(KILL_ENV, "")
     spark = build_session(warehouse)
     if phase == "prepare":
-        prepare(spark, kill_at)
-    else:
-        recover(spark)
+        prepare(spark, schemas[0], kill_at)
+        return
+    for schema in schemas:
+        try:
+            recover(spark, schema)
+        except Exception:
+            print(f"failed {schema}\n{traceback.format_exc()}", flush=True)
 
 
 if __name__ == "__main__":
