@@ -28,12 +28,14 @@ if [ "$#" -gt 0 ]; then
   exit "$status"
 fi
 # The whole suite runs as two lanes side by side, each printed when it ends. One runs the long Spark
-# suites (query shapes, TPC-H, randomized DML, crashes); the other the PostgreSQL tests (with the
-# backend-free ones), then, when Debian's server binaries are on the machine, the PostgreSQL engine
-# tests again on PostgreSQL 15 (users point dbt-ivm at any PostgreSQL >= 15), then the other Spark
-# tests. Each Spark session is mostly one busy thread, so two of them share the cores well.
+# suites (query shapes, TPC-H, randomized DML, crashes, a standalone cluster); the other the
+# PostgreSQL tests (with the backend-free ones), then, when Debian's server binaries are on the
+# machine, the PostgreSQL engine tests again on PostgreSQL 15 (users point dbt-ivm at any
+# PostgreSQL >= 15), then the other Spark tests. Each Spark session is mostly one busy thread, so
+# two of them share the cores well.
 logs="$(mktemp -d)"
-long_spark=(tests/spark/test_shapes.py tests/spark/test_tpch.py tests/spark/test_randomized.py tests/spark/test_kill.py)
+long_spark=(tests/spark/test_shapes.py tests/spark/test_tpch.py tests/spark/test_randomized.py
+  tests/spark/test_kill.py tests/spark/test_cluster.py)
 spark_lane() {
   run_pytest --backend spark "${long_spark[@]}"
 }
@@ -61,7 +63,7 @@ echo "== PostgreSQL lane, then the other Spark tests (exit $status)"
 cat "$logs/postgres.log"
 spark_status=0
 wait "$spark_pid" || spark_status=$?
-echo "== Spark lane: shapes, TPC-H, randomized, crashes (exit $spark_status)"
+echo "== Spark lane: shapes, TPC-H, randomized, crashes, cluster (exit $spark_status)"
 cat "$logs/spark.log"
 rm -rf "$logs"
 if [ "$status" -eq 0 ]; then

@@ -96,9 +96,13 @@ class Workload:
 
 
 def test_randomized_refreshes_match_queries(spark: Any, spark_schema: str) -> None:
+    check_randomized_refreshes(spark, spark_schema)
+
+
+def check_randomized_refreshes(spark: Any, s: str) -> None:
+    """The suite on `spark`, in the empty schema `s` (also run on a standalone cluster: test_cluster)."""
     seed = int(os.environ.get("DBT_IVM_SPARK_SEED", "20240611"))
     rng = random.Random(seed)
-    s = spark_schema
     spark.sql(
         f"CREATE TABLE {s}.orders (id int NOT NULL, customer_id int, customer string, amount decimal(10,2)) "
         "USING iceberg"

@@ -92,6 +92,14 @@ def test_conf_for_a_two_core_machine(tmp_path: Path) -> None:
     assert conf["spark.driver.extraClassPath"] == str(jar)
     assert (local_cores("local"), local_cores("local[4]"), local_cores("yarn")) == (1, 4, None)
     assert local_cores("local[*]") == os.cpu_count()
+    assert "spark.jars" not in conf  # a local master's executors share the driver's class path
+
+
+def test_conf_for_a_cluster(tmp_path: Path) -> None:
+    jar = find_iceberg_runtime_jar()
+    conf = spark_conf(SessionSettings(warehouse=tmp_path / "w", master="spark://10.0.0.5:7077"), jar)
+    assert conf["spark.jars"] == str(jar)  # executors in other JVMs load Iceberg from it
+    assert "spark.sql.shuffle.partitions" not in conf and "spark.driver.host" not in conf
 
 
 def test_tables_are_iceberg_and_everything_else_still_works(spark: Any, spark_schema: str) -> None:

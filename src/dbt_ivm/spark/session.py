@@ -166,6 +166,9 @@ def spark_conf(settings: SessionSettings, jar: Path, jvm_options: tuple[str, ...
         # No network lookups for a single-machine session.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
+    else:
+        # Executors in other JVMs load Iceberg from the jar the driver serves them.
+        conf["spark.jars"] = str(jar)
     if settings.driver_memory:
         conf["spark.driver.memory"] = settings.driver_memory
     conf.update({str(k): str(v) for k, v in settings.conf.items()})
