@@ -16,8 +16,8 @@ from dbt_ivm.spark.iceberg import (
     create_state_view,
     current_snapshot_id,
     current_version,
-    load_table,
     is_iceberg_table,
+    load_table,
     snapshots,
     snapshots_after,
 )
