@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dbt_ivm.spark.java import find_java, use_java
+from tests.spark.sessions import free_port
 
 STARTUP_SECONDS = 120
 
@@ -21,12 +21,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager
@@ -38,9 +32,9 @@ def standalone_cluster(
     use_java(find_java())
     home = spark_home()
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
-    master = f"spark://127.0.0.1:{free_port()}"
+    port = str(free_port())
+    master = f"spark://127.0.0.1:{port}"
     launcher = str(home / "bin" / "spark-class")
-    port = master.rsplit(":", 1)[1]
     master_class, worker_class = (
         "org.apache.spark.deploy.master.Master",
         "org.apache.spark.deploy.worker.Worker",

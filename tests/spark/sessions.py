@@ -47,7 +47,7 @@ def build_session(warehouse: str) -> Any:
     return spark
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -55,7 +55,7 @@ def _free_port() -> int:
 
 # Where the test session's Thrift server listens if a test starts one (a static setting). Chosen once
 # per pytest process, so whichever Spark fixture starts the shared session first sets the same port.
-TEST_THRIFT_PORT = int(os.environ.setdefault("DBT_IVM_TEST_THRIFT_PORT", str(_free_port())))
+TEST_THRIFT_PORT = int(os.environ.setdefault("DBT_IVM_TEST_THRIFT_PORT", str(free_port())))
 
 
 def shared_session(warehouse: Path) -> Any:

@@ -51,8 +51,8 @@ def recovered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     alive = [p for p in TESTED_POINTS if p not in outcome]
     recovery = _child("recover", warehouse, *alive)
     for point in alive:
-        start = recovery.stdout.find(f"recovered {point}\n")
-        outcome[point] = "recovered" if start >= 0 else f"{recovery.stdout}\n{recovery.stderr[-3000:]}"
+        done = f"recovered {point}\n" in recovery.stdout
+        outcome[point] = "recovered" if done else f"{recovery.stdout}\n{recovery.stderr[-3000:]}"
     return outcome
 
 

@@ -20,9 +20,9 @@ it, tried in this order:
     unchanged appear as a −1 and a +1 of the same row in one commit; they cancel as weights, and
     ``compacted`` (weights summed per row image) drops them before the delta rules see them.
 ``touched_files``
-    The range has merge-on-read delete files, which the changelog scan refuses: the data files the
-    range touched, read at the start with −1 and at the end with +1 (``touched_files``). Like the
-    changelog, it costs what the range wrote, not the table.
+    The range has merge-on-read delete files, which the changelog scan refuses: the data files it
+    added or removed, read whole at each end, and the rows at the positions its delete files name
+    (``touched_files``). Like the changelog, it costs what the range wrote, not the table.
 ``snapshot_diff``
     Both snapshots are still readable, but neither of the above can serve (equality deletes, the
     table was replaced by ``CREATE OR REPLACE``, a snapshot in between expired, or there is no

@@ -133,21 +133,37 @@ def create_touched_files_view(
             manager.removeTasks(loaded, set_id)
         staged.clear()
 
+    # Each snapshot's scan is planned once, for every file any of its reads wants.
+    wanted: dict[int, set[str]] = {}
+    for snapshot, _weight, files, _positions_kept in reads:
+        wanted.setdefault(snapshot, set()).update(files)
+    planned: dict[int, dict[str, Any]] = {}
+
+    def tasks_at(snapshot: int) -> dict[str, Any]:
+        """The wanted files' scan tasks at `snapshot` (their deletes live there applied), by location."""
+        if snapshot not in planned:
+            planned[snapshot] = {}
+            found = loaded.newScan().useSnapshot(int(snapshot)).planFiles()
+            try:
+                iterator = found.iterator()
+                while iterator.hasNext():
+                    task = iterator.next()
+                    location = str(task.file().location())
+                    if location in wanted[snapshot]:
+                        planned[snapshot][location] = task
+            finally:
+                found.close()
+        return planned[snapshot]
+
     def read_at(snapshot: int, files: frozenset[str], positions: Any) -> tuple[Any, int] | None:
         """The rows of `files` at `snapshot` (those at `positions`, when given), and how many the
         files hold; None when none of them is live there."""
         tasks = spark.sparkContext._jvm.java.util.ArrayList()
         records = 0
-        found = loaded.newScan().useSnapshot(int(snapshot)).planFiles()
-        try:
-            iterator = found.iterator()
-            while iterator.hasNext():
-                task = iterator.next()
-                if str(task.file().location()) in files:
-                    tasks.add(task)
-                    records += int(task.file().recordCount())
-        finally:
-            found.close()
+        for location, task in tasks_at(snapshot).items():
+            if location in files:
+                tasks.add(task)
+                records += int(task.file().recordCount())
         if tasks.isEmpty():  # Iceberg stages no empty set
             return None
         set_id = f"dbt_ivm_{uuid.uuid4().hex}"
