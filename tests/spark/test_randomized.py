@@ -2,13 +2,15 @@
 
 The PostgreSQL suite's kinds of queries at small sizes (each Spark statement is an Iceberg commit):
 per-customer SUM/COUNT, orders ⋈ customers, a filter, AVG, a global aggregate, a keyless source.
-The seed is in every failure message; DBT_IVM_SPARK_SEED picks another.
+The seed is in every failure message; DBT_IVM_SPARK_SEED picks another. The same sources, workload
+and streams run through dbt and a Thrift server on a cluster in test_cluster.
 """
 
 from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,7 +27,7 @@ CYCLES = 3
 STEPS = 6
 
 
-def _streams(s: str) -> dict[str, str]:
+def stream_queries(s: str) -> dict[str, str]:
     return {
         "customer_totals": (
             f"SELECT customer, SUM(amount) AS total, COUNT(*) AS order_count FROM {s}.orders GROUP BY customer"
@@ -44,12 +46,14 @@ def _streams(s: str) -> dict[str, str]:
 
 
 class Workload:
-    def __init__(self, spark: Any, schema: str, rng: random.Random) -> None:
-        self.spark, self.s, self.rng = spark, schema, rng
+    """Random writes to the sources, each a statement `run` executes (through PySpark or Thrift)."""
+
+    def __init__(self, run: Callable[[str], object], schema: str, rng: random.Random) -> None:
+        self.run, self.s, self.rng = run, schema, rng
         self.next_order = 1
 
     def sql(self, text: str) -> str:
-        self.spark.sql(text)
+        self.run(text)
         return text
 
     def insert_orders(self, count: int) -> str:
@@ -96,30 +100,11 @@ class Workload:
 
 
 def test_randomized_refreshes_match_queries(spark: Any, spark_schema: str) -> None:
-    check_randomized_refreshes(spark, spark_schema)
-
-
-def check_randomized_refreshes(spark: Any, s: str) -> None:
-    """The suite on `spark`, in the empty schema `s` (also run on a standalone cluster: test_cluster)."""
+    s = spark_schema
     seed = int(os.environ.get("DBT_IVM_SPARK_SEED", "20240611"))
     rng = random.Random(seed)
-    spark.sql(
-        f"CREATE TABLE {s}.orders (id int NOT NULL, customer_id int, customer string, amount decimal(10,2)) "
-        "USING iceberg"
-    )
-    spark.sql(f"ALTER TABLE {s}.orders SET IDENTIFIER FIELDS id")
-    # customers and events are merge-on-read: their changes are read from the files writes touched
-    merge_on_read = ", ".join(f"'write.{op}.mode'='merge-on-read'" for op in ("delete", "update", "merge"))
-    spark.sql(
-        f"CREATE TABLE {s}.customers (id int, name string, tier string) USING iceberg "
-        f"TBLPROPERTIES ('dbt_ivm.primary_key'='id', {merge_on_read})"
-    )
-    spark.sql(f"CREATE TABLE {s}.events (kind string, v int) USING iceberg TBLPROPERTIES ({merge_on_read})")
-    workload = Workload(spark, s, rng)
-    workload.insert_orders(6)
-    spark.sql(f"INSERT INTO {s}.customers VALUES (1,'alice','premium'),(2,'bob','standard'),(3,'carol',NULL)")
-    spark.sql(f"INSERT INTO {s}.events VALUES ('a',1),('a',1),('b',2),(NULL,3)")
-    streams = _streams(s)
+    workload = create_sources(spark.sql, s, rng)
+    streams = stream_queries(s)
     seen: dict[str, set[str]] = {name: set() for name in streams}
     for name, sql in streams.items():
         result = refresh_and_check(spark, s, name, sql, f"seed {seed} create")
@@ -134,3 +119,24 @@ def check_randomized_refreshes(spark: Any, s: str) -> None:
     for name, actions in seen.items():
         assert "FULL" not in actions, (name, actions)
     assert any("DIFFERENTIAL" in actions for actions in seen.values())
+
+
+def create_sources(run: Callable[[str], object], s: str, rng: random.Random) -> Workload:
+    """The suite's sources in the empty schema `s`, with their first rows; the workload on them."""
+    run(
+        f"CREATE TABLE {s}.orders (id int NOT NULL, customer_id int, customer string, amount decimal(10,2)) "
+        "USING iceberg"
+    )
+    run(f"ALTER TABLE {s}.orders SET IDENTIFIER FIELDS id")
+    # customers and events are merge-on-read: their changes are read from the files writes touched
+    merge_on_read = ", ".join(f"'write.{op}.mode'='merge-on-read'" for op in ("delete", "update", "merge"))
+    run(
+        f"CREATE TABLE {s}.customers (id int, name string, tier string) USING iceberg "
+        f"TBLPROPERTIES ('dbt_ivm.primary_key'='id', {merge_on_read})"
+    )
+    run(f"CREATE TABLE {s}.events (kind string, v int) USING iceberg TBLPROPERTIES ({merge_on_read})")
+    workload = Workload(run, s, rng)
+    workload.insert_orders(6)
+    run(f"INSERT INTO {s}.customers VALUES (1,'alice','premium'),(2,'bob','standard'),(3,'carol',NULL)")
+    run(f"INSERT INTO {s}.events VALUES ('a',1),('a',1),('b',2),(NULL,3)")
+    return workload

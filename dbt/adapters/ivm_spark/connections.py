@@ -11,11 +11,27 @@
           method: session
           schema: analytics
           warehouse: .ivm/warehouse     # optional; relative to the directory dbt runs in
+
+A `method: thrift` profile sends dbt's SQL to a Spark Thrift server. Stream tables there refresh in
+a Spark driver that dbt starts in its own process (the refresh needs Iceberg's Java API, which a
+Thrift connection does not reach), on the same catalog: the Hive metastore service the Thrift server
+uses (`metastore_uris`), the same `warehouse`, and `master` for where its tasks run.
+
+        prod:
+          type: ivm_spark
+          method: thrift
+          host: spark-thrift.internal
+          port: 10000
+          schema: analytics
+          metastore_uris: thrift://metastore.internal:9083
+          warehouse: /shared/warehouse
+          master: spark://spark-master.internal:7077
+          refresh_driver_conf: {spark.driver.host: 10.0.0.12}
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
@@ -49,6 +65,12 @@ class IvmSparkCredentials(SparkCredentials):
     # C1-only JIT, serial GC and a cached class-data archive: the embedded JVM starts about twice as
     # fast; set false for long, heavy runs.
     fast_start: bool = True
+    # The Hive metastore service the catalog lives in: with `method: session`, instead of the
+    # embedded Derby; with `method: thrift`, the Thrift server's, which stream tables need.
+    metastore_uris: str | None = None
+    # Spark settings of the refresh driver of a `method: thrift` profile (`server_side_parameters`
+    # go to the Thrift server).
+    refresh_driver_conf: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # dbt-spark requires a host even where it means nothing.
@@ -69,18 +91,27 @@ class IvmSparkCredentials(SparkCredentials):
     def _connection_keys(self) -> tuple[str, ...]:
         keys = super()._connection_keys()
         if self.method == SparkConnectionMethod.SESSION:
-            return (*keys, "method", "warehouse", "master", "driver_memory", "fast_start")
-        return keys
+            return (*keys, "method", "warehouse", "master", "metastore_uris", "driver_memory", "fast_start")
+        return (*keys, "metastore_uris")
+
+    @property
+    def has_refresh_driver(self) -> bool:
+        """Whether stream tables can be refreshed: a session, or a Thrift server's metastore."""
+        return self.method == SparkConnectionMethod.SESSION or bool(self.metastore_uris)
 
     def session_settings(self) -> SessionSettings:
-        """How to build the embedded session; `server_side_parameters` become Spark settings."""
+        """How to build the driver that refreshes stream tables: the embedded session of
+        `method: session` (`server_side_parameters` become its Spark settings), or the refresh
+        driver of `method: thrift` (`refresh_driver_conf`)."""
+        session = self.method == SparkConnectionMethod.SESSION
         return SessionSettings(
             warehouse=self.warehouse or DEFAULT_WAREHOUSE,
             master=self.master or DEFAULT_MASTER,
-            app_name="dbt-ivm",
+            metastore_uris=self.metastore_uris,
+            app_name="dbt-ivm" if session else "dbt-ivm-refresh",
             driver_memory=self.driver_memory,
             fast_start=self.fast_start,
-            conf=dict(self.server_side_parameters),
+            conf=dict(self.server_side_parameters if session else self.refresh_driver_conf),
         )
 
 
@@ -142,13 +173,19 @@ class IvmSparkConnectionManager(SparkConnectionManager):
         if getattr(credentials, "method", None) != SparkConnectionMethod.SESSION:
             return super().open(connection)
         assert isinstance(credentials, IvmSparkCredentials)
-        try:
-            spark = get_or_create_session(credentials.session_settings())
-        except IvmError as exc:
-            raise FailedToConnectError(str(exc)) from exc
-        except Exception as exc:
-            raise FailedToConnectError(f"could not start the embedded Spark session: {exc}") from exc
+        spark = start_driver(credentials)
         _apply_runtime_settings(spark, credentials.server_side_parameters)
         connection.handle = IvmSessionConnectionWrapper(IvmSessionConnection(spark))
         connection.state = ConnectionState.OPEN
         return connection
+
+
+def start_driver(credentials: IvmSparkCredentials) -> Any:
+    """The process's SparkSession for `credentials` (started on first use): the embedded session of
+    `method: session`, the refresh driver of `method: thrift`."""
+    try:
+        return get_or_create_session(credentials.session_settings())
+    except IvmError as exc:
+        raise FailedToConnectError(str(exc)) from exc
+    except Exception as exc:
+        raise FailedToConnectError(f"could not start the Spark driver of dbt-ivm: {exc}") from exc

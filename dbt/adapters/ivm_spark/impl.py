@@ -16,6 +16,8 @@ from dbt.adapters.ivm_spark.connections import (
     ADAPTER_TYPE,
     IvmSessionConnectionWrapper,
     IvmSparkConnectionManager,
+    IvmSparkCredentials,
+    start_driver,
 )
 from dbt.adapters.spark.connections import SparkConnectionMethod
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
@@ -109,24 +111,37 @@ class IvmSparkAdapter(SparkAdapter):
             if not str(column.get("column_name") or "").startswith(HIDDEN_COLUMN_PREFIX):
                 yield column
 
-    # -- for the engine (method: session) -------------------------------------------------------
+    # -- for the engine (method: session, or thrift with metastore_uris) ------------------------
 
     def spark_session(self) -> SparkSession:
-        """The SparkSession this adapter's connection runs on (`method: session` only)."""
+        """The SparkSession stream tables refresh on: the connection's own with `method: session`;
+        with `method: thrift`, a driver in this process on the Thrift server's metastore."""
+        credentials = self.config.credentials
+        if credentials.method != SparkConnectionMethod.SESSION:
+            if not self._has_refresh_driver():
+                raise DbtRuntimeError(
+                    f"stream tables through `method: {credentials.method}` need `metastore_uris` in "
+                    f"the {ADAPTER_TYPE} profile: the Hive metastore service the Thrift server uses "
+                    "(with the same `warehouse`), so that dbt can refresh them in a Spark driver of "
+                    "its own; or use `method: session`"
+                )
+            assert isinstance(credentials, IvmSparkCredentials)
+            driver: SparkSession = start_driver(credentials)
+            return driver
         connection = self.connections.get_thread_connection()
         if connection.state != "open":
             connection = self.connections.open(connection)
         handle = connection.handle
-        if not isinstance(handle, IvmSessionConnectionWrapper):
-            raise DbtRuntimeError(
-                f"stream tables on Spark need `method: session` in the {ADAPTER_TYPE} profile "
-                f"(this profile uses method: {connection.credentials.method})"
-            )
+        assert isinstance(handle, IvmSessionConnectionWrapper)
         session: SparkSession = handle.spark
         return session
 
+    def _has_refresh_driver(self) -> bool:
+        credentials = self.config.credentials
+        return isinstance(credentials, IvmSparkCredentials) and credentials.has_refresh_driver
+
     def spark_executor(self) -> SparkExecutor:
-        """A SQL executor on this adapter's SparkSession (`method: session` only)."""
+        """A SQL executor on the SparkSession stream tables refresh on."""
         return SparkExecutor(self.spark_session())
 
     # -- calls from the stream_table materialization (macros/adapters/ivm_spark.sql) -------------
@@ -167,8 +182,8 @@ class IvmSparkAdapter(SparkAdapter):
 
         spec = compile_check.spec_for(self, node)
         compile_check.judge(lambda: refuse_immediate(spec))  # whatever the connection
-        if getattr(self.config.credentials, "method", None) != SparkConnectionMethod.SESSION:
-            return  # the engine plans on the embedded session only
+        if not self._has_refresh_driver():
+            return  # no driver to plan on: the run says what the profile lacks
         compile_check.judge(lambda: check_differential(self.spark_session(), spec))
 
     @available.parse(lambda *args, **kwargs: "")
@@ -176,9 +191,8 @@ class IvmSparkAdapter(SparkAdapter):
         """dbt is dropping or renaming `relation`: the engine forgets it as a stream table."""
         if relation.schema is None or relation.identifier is None:
             return ""
-        credentials = self.config.credentials
-        if getattr(credentials, "method", None) != SparkConnectionMethod.SESSION:
-            return ""  # stream tables live on the embedded session only
+        if not self._has_refresh_driver():
+            return ""  # no stream tables without a refresh driver
         from dbt_ivm.spark.runner import drop_stream_table
 
         drop_stream_table(self.spark_session(), relation.schema, relation.identifier, catalog_schema)

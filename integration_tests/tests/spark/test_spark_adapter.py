@@ -136,6 +136,54 @@ class TestThriftMethodIvmSpark(BaseSimpleMaterializations):
         assert {str(r[0]): str(r[1]) for r in rows}["Provider"] == "iceberg"
 
 
+class TestThriftStreamTablesNeedTheMetastore:
+    """A stream table through `method: thrift` without `metastore_uris` fails naming what to add."""
+
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, thrift_server: int) -> dict[str, Any]:
+        return {
+            "type": "ivm_spark",
+            "method": "thrift",
+            "host": "127.0.0.1",
+            "port": thrift_server,
+            "user": "dbt",
+        }
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {"kept.sql": "{{ config(materialized='stream_table') }} select 1 as id"}
+
+    def test_run_names_the_missing_setting(self, project: Any) -> None:
+        results = run_dbt(["run"], expect_pass=False)
+        message = str(results.results[0].message)
+        assert "metastore_uris" in message and "method: thrift" in message, message
+
+
+def test_thrift_credentials_describe_the_refresh_driver(tmp_path: Path) -> None:
+    credentials = IvmSparkCredentials.from_dict(
+        {
+            "method": "thrift",
+            "host": "thrift.internal",
+            "schema": "analytics",
+            "warehouse": str(tmp_path),
+            "master": "spark://master.internal:7077",
+            "metastore_uris": "thrift://metastore.internal:9083",
+            "server_side_parameters": {"spark.sql.shuffle.partitions": "8"},
+            "refresh_driver_conf": {"spark.executor.memory": "2g"},
+        }
+    )
+    assert credentials.has_refresh_driver
+    settings = credentials.session_settings()
+    assert (settings.master, settings.metastore_uris) == (
+        "spark://master.internal:7077",
+        "thrift://metastore.internal:9083",
+    )
+    # server_side_parameters belong to the Thrift server's sessions, not to the refresh driver.
+    assert dict(settings.conf) == {"spark.executor.memory": "2g"}
+    without = IvmSparkCredentials.from_dict({"method": "thrift", "host": "h", "schema": "analytics"})
+    assert not without.has_refresh_driver
+
+
 class TestDifferentialIsJudgedAtCompile:
     """refresh_mode='differential' on a query the engine cannot maintain fails `dbt compile`."""
 

@@ -102,6 +102,18 @@ def test_conf_for_a_cluster(tmp_path: Path) -> None:
     assert "spark.sql.shuffle.partitions" not in conf and "spark.driver.host" not in conf
 
 
+def test_conf_for_a_metastore_service(tmp_path: Path) -> None:
+    uris = "thrift://metastore.internal:9083"
+    jar = find_iceberg_runtime_jar()
+    conf = spark_conf(SessionSettings(warehouse=tmp_path / "w", metastore_uris=uris), jar)
+    assert conf["spark.hadoop.hive.metastore.uris"] == uris
+    # Other drivers commit to the same tables: no embedded Derby, and Iceberg's commit locks stay on.
+    assert not any("jdo" in key or "datanucleus" in key or "lock-enabled" in key for key in conf)
+    embedded = spark_conf(SessionSettings(warehouse=tmp_path / "w"), jar)
+    assert embedded["spark.hadoop.iceberg.engine.hive.lock-enabled"] == "false"
+    assert "spark.hadoop.hive.metastore.uris" not in embedded
+
+
 def test_tables_are_iceberg_and_everything_else_still_works(spark: Any, spark_schema: str) -> None:
     s = spark_schema
     spark.sql(f"CREATE TABLE {s}.created (id INT, name STRING)")

@@ -16,7 +16,10 @@ a Hive metastore kept in an embedded Derby database inside the warehouse directo
 * everything persists across processes: each ``dbt run`` is a new process on the same warehouse.
 
 Derby allows one process per metastore at a time: two processes on one warehouse directory at
-once fail with "Another instance of Derby may have already booted the database".
+once fail with "Another instance of Derby may have already booted the database". With
+``metastore_uris`` the catalog lives in a Hive metastore service instead, shared by any number of
+drivers (a Spark Thrift server, dbt's refresh driver, PySpark pipelines), and Iceberg locks each
+table in it for the length of a commit.
 
 Start-up. A short-lived JVM spends most of its time loading and JIT-compiling classes; the
 ``fast_start`` options (C1 JIT only, serial GC, a class-data archive of Spark's classes, see
@@ -60,6 +63,9 @@ class SessionSettings:
     # resolved against the working directory when the session starts.
     warehouse: str | os.PathLike[str] = DEFAULT_WAREHOUSE
     master: str = DEFAULT_MASTER
+    # A Hive metastore service (``thrift://host:9083``) shared with other drivers (a Thrift server, a
+    # PySpark pipeline); None: an embedded Derby metastore in the warehouse, one process at a time.
+    metastore_uris: str | None = None
     app_name: str = "dbt-ivm"
     driver_memory: str | None = None  # e.g. "4g"; Spark's default (1g) when None
     # C1-only JIT, serial GC and a class-data archive: faster start, slower long queries.
@@ -137,28 +143,20 @@ def spark_conf(settings: SessionSettings, jar: Path, jvm_options: tuple[str, ...
         "spark.driver.extraJavaOptions": " ".join(java_options),
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         # The built-in catalog: Iceberg tables and views, plus anything else Spark can store, in a
-        # Hive metastore (embedded Derby) that outlives the process.
+        # Hive metastore (embedded Derby, or a shared service) that outlives the process.
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": str(warehouse.root),
         "spark.sql.catalog.spark_catalog": ICEBERG_SESSION_CATALOG,
         "spark.sql.catalog.spark_catalog.type": "hive",
         # Other processes commit to the same tables: always read the current metadata.
         "spark.sql.catalog.spark_catalog.cache-enabled": "false",
-        # The embedded metastore has no lock tables; one process per warehouse (Derby) anyway.
-        "spark.hadoop.iceberg.engine.hive.lock-enabled": "false",
-        "spark.hadoop.javax.jdo.option.ConnectionURL": (
-            f"jdbc:derby:;databaseName={warehouse.metastore};create=true"
-        ),
-        "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
-        "spark.hadoop.hive.metastore.schema.verification": "false",
-        # An in-process metastore that cannot open its database will not succeed on a retry.
-        "spark.hadoop.hive.hmshandler.retry.attempts": "1",
         # CREATE TABLE without USING makes an Iceberg table (not a Hive SerDe table).
         "spark.sql.sources.default": "iceberg",
         "spark.sql.legacy.createHiveTableByDefault": "false",
         # As dbt-spark: the same semantics on Spark 3 and 4.
         "spark.sql.ansi.enabled": "false",
     }
+    conf.update(_metastore_conf(settings, warehouse))
     cores = local_cores(settings.master)
     if cores is not None:
         conf["spark.sql.shuffle.partitions"] = str(cores)
@@ -173,6 +171,24 @@ def spark_conf(settings: SessionSettings, jar: Path, jvm_options: tuple[str, ...
         conf["spark.driver.memory"] = settings.driver_memory
     conf.update({str(k): str(v) for k, v in settings.conf.items()})
     return conf
+
+
+def _metastore_conf(settings: SessionSettings, warehouse: Warehouse) -> dict[str, str]:
+    if settings.metastore_uris:
+        # A shared service: other drivers commit to the same tables, so Iceberg takes the
+        # metastore's table lock around each commit (its default) to keep commits atomic.
+        return {"spark.hadoop.hive.metastore.uris": settings.metastore_uris}
+    return {
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={warehouse.metastore};create=true"
+        ),
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+        "spark.hadoop.hive.metastore.schema.verification": "false",
+        # An in-process metastore that cannot open its database will not succeed on a retry.
+        "spark.hadoop.hive.hmshandler.retry.attempts": "1",
+        # The embedded metastore has no lock tables, and Derby admits one process anyway.
+        "spark.hadoop.iceberg.engine.hive.lock-enabled": "false",
+    }
 
 
 def existing_session() -> SparkSession | None:
