@@ -14,7 +14,8 @@ ENGINE_MODULES = sorted(
     m.name
     for m in pkgutil.walk_packages(dbt_ivm.__path__, "dbt_ivm.")
     if not m.name.startswith(("dbt_ivm.spark", "dbt_ivm.embedded", "dbt_ivm.cli"))
-    or m.name == "dbt_ivm.spark.touched_files"  # pure, unlike the rest of the Spark runtime
+    # pure, unlike the rest of the Spark runtime
+    or m.name in ("dbt_ivm.spark.touched_files", "dbt_ivm.spark.carried_columns")
 )
 
 

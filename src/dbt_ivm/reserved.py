@@ -18,7 +18,7 @@ through a relation that renames them.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from sqlglot import exp
 
@@ -33,10 +33,18 @@ def is_reserved(name: str) -> bool:
 
 def internal_column(table: TableInfo, column: str) -> str:
     """The name the engine uses for `column` of `table`."""
+    return internal_name(table.column_names(), column)
+
+
+def internal_name(names: Sequence[str], column: str) -> str:
+    """The name the engine uses for `column` of a table whose columns are `names`, in table order.
+
+    >>> internal_name(["id", "__ivm_weight"], "__ivm_weight"), internal_name(["id"], "id")
+    ('__ivm_c2', 'id')
+    """
     if not is_reserved(column):
         return column
-    position = table.column_names().index(column) + 1
-    return f"{HIDDEN_PREFIX}c{position}"
+    return f"{HIDDEN_PREFIX}c{list(names).index(column) + 1}"
 
 
 def internal_columns(table: TableInfo, only: Collection[str] | None = None) -> list[str]:

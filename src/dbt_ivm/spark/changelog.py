@@ -4,7 +4,8 @@
     if change.needs_full_refresh:
         ...  # change.reason says why
 
-The view has the table's columns plus
+The view has the table's columns (one named like ours, ``__ivm_…``, under its internal name
+``__ivm_c<n>``: ``carried_columns``) plus
 
 * ``__ivm_weight`` INT: +1 for a row image that appeared (INSERT, UPDATE_AFTER), −1 for one that
   went away (DELETE, UPDATE_BEFORE);
@@ -40,6 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from dbt_ivm.reserved import internal_name
+from dbt_ivm.spark.carried_columns import Carried
 from dbt_ivm.spark.iceberg import (
     NotAnIcebergTable,
     Snapshot,
@@ -121,15 +124,15 @@ def create_change_view(
     end = version.snapshot_id if end_snapshot_id is None else end_snapshot_id
     if end is None:
         if start_snapshot_id is None:  # never written: nothing changed
-            columns = _only(tuple(name for name, _ in columns_at(spark, table, None)), read)
+            columns = _carried(tuple(name for name, _ in columns_at(spark, table, None)), read)
             _create_empty_view(spark, table, view_name, columns)
-            return ChangeView("changelog", view_name, label, None, None, columns)
+            return ChangeView("changelog", view_name, label, None, None, columns.names)
         return full(f"{label} has no current snapshot", end)
     known = lineage(spark, table, end if start_snapshot_id is None else start_snapshot_id, end)
     if not known.end_exists:
         return full(f"snapshot {end} of {label} does not exist (expired?)", end)
     end_columns = columns_at(spark, table, end)
-    columns = _only(tuple(name for name, _ in end_columns), read)
+    columns = _carried(tuple(name for name, _ in end_columns), read)
     if start_snapshot_id is None:
         _create_diff_view(spark, table, view_name, columns, None, end)
         return ChangeView(
@@ -138,7 +141,7 @@ def create_change_view(
             label,
             None,
             end,
-            columns,
+            columns.names,
             reason=f"{label} had no snapshot at the start: every row of snapshot {end} is new",
         )
     if not known.start_exists:
@@ -167,7 +170,9 @@ def create_change_view(
         except Exception as error:  # an Iceberg limitation the checks above did not foresee
             reason = f"Iceberg's changelog failed: {str(error).strip().splitlines()[0][:300]}"
         else:
-            return ChangeView("changelog", view_name, label, start_snapshot_id, end, columns, None, images)
+            return ChangeView(
+                "changelog", view_name, label, start_snapshot_id, end, columns.names, None, images
+            )
     elif known.chain is not None:  # merge-on-read: read the files the range touched
         staged = create_touched_files_view(spark, table, view_name, columns, start_snapshot_id, known.chain)
         if isinstance(staged, Staged):
@@ -177,19 +182,27 @@ def create_change_view(
                 label,
                 start_snapshot_id,
                 end,
-                columns,
+                columns.names,
                 row_images=staged.row_images,
                 release=staged.release,
             )
         reason = f"{label} has merge-on-read changes the touched files cannot name: {staged}"
     _create_diff_view(spark, table, view_name, columns, start_snapshot_id, end)
-    return ChangeView("snapshot_diff", view_name, label, start_snapshot_id, end, columns, reason, images)
+    return ChangeView(
+        "snapshot_diff", view_name, label, start_snapshot_id, end, columns.names, reason, images
+    )
 
 
 def _read_of(columns: list[tuple[str, str]], read: Sequence[str] | None) -> list[tuple[str, str]]:
     """The (name, type) pairs of the columns read; a column nobody reads may come, go or change."""
     kept = set(_only(tuple(name for name, _ in columns), read))
     return [(name, kind) for name, kind in columns if name in kept]
+
+
+def _carried(names: tuple[str, ...], read: Sequence[str] | None) -> Carried:
+    """The columns read (all: `read` None) of a table whose columns are `names`, each under the name
+    the view carries it by: its internal name (`reserved`), which no column of ours can take."""
+    return Carried(tuple((name, internal_name(names, name)) for name in _only(names, read)))
 
 
 def _only(columns: tuple[str, ...], read: Sequence[str] | None) -> tuple[str, ...]:
@@ -218,7 +231,7 @@ def _create_changelog_view(
     spark: SparkSession,
     table: TableName,
     view_name: str,
-    columns: tuple[str, ...],
+    columns: Carried,
     start: int,
     end: int,
 ) -> None:
@@ -236,21 +249,19 @@ def _create_changelog_view(
     )
     removed = ", ".join(f"'{t}'" for t in REMOVED_CHANGE_TYPES)
     raw.selectExpr(
-        *(quote_identifier(c) for c in columns),
+        *columns.select_list(),
         f"CAST(CASE WHEN `_change_type` IN ({removed}) THEN -1 ELSE 1 END AS INT) AS {quote_identifier(WEIGHT)}",
         f"CAST(`_change_ordinal` AS BIGINT) * 2 + CASE WHEN `_change_type` IN ({removed}) THEN 0 ELSE 1 END "
         f"AS {quote_identifier(SEQ)}",
     ).createOrReplaceTempView(quote_identifier(view_name))  # parsed as an identifier
 
 
-def _create_empty_view(
-    spark: SparkSession, table: TableName, view_name: str, columns: tuple[str, ...]
-) -> None:
-    selected = ", ".join(quote_identifier(c) for c in columns)
+def _create_empty_view(spark: SparkSession, table: TableName, view_name: str, columns: Carried) -> None:
+    selected = columns.renamed()
     spark.sql(
         f"CREATE OR REPLACE TEMPORARY VIEW {quote_identifier(view_name)} AS "
         f"SELECT {selected}, CAST(1 AS INT) AS {quote_identifier(WEIGHT)}, "
-        f"CAST(0 AS BIGINT) AS {quote_identifier(SEQ)} FROM ({state_sql(table, None, columns)}) AS `__ivm_none`"
+        f"CAST(0 AS BIGINT) AS {quote_identifier(SEQ)} FROM ({state_sql(table, None, columns.sources)}) AS `__ivm_none`"
     )
 
 
@@ -258,14 +269,14 @@ def _create_diff_view(
     spark: SparkSession,
     table: TableName,
     view_name: str,
-    columns: tuple[str, ...],
+    columns: Carried,
     start: int | None,
     end: int | None,
 ) -> None:
     """Changes as the difference of two time-travel reads (a start of None is the empty table)."""
-    selected = ", ".join(quote_identifier(c) for c in columns)
-    before = state_sql(table, start, columns)
-    after = state_sql(table, end, columns)
+    selected = columns.renamed()
+    before = state_sql(table, start, columns.sources)
+    after = state_sql(table, end, columns.sources)
     weight, seq = quote_identifier(WEIGHT), quote_identifier(SEQ)
     spark.sql(
         f"CREATE OR REPLACE TEMPORARY VIEW {quote_identifier(view_name)} AS "

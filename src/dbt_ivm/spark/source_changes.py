@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from dbt_ivm.delta.compact import compacted
 from dbt_ivm.delta.terms import Bindings
-from dbt_ivm.reserved import internal_columns, renamed_select
+from dbt_ivm.reserved import internal_columns
 from dbt_ivm.spark.apply import TempViews, count_rows
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable, incomparable_columns
 from dbt_ivm.spark.changelog import create_change_view
@@ -97,10 +97,11 @@ def bind(
                     total,
                 )
             slow_paths.append(f"changes of {name} read as a snapshot diff: {change.reason}")
-        raw = exp.select(*renamed_select(source.info, reads[name]), exp.column(WEIGHT, quoted=True)).from_(
+        # The view carries the columns under their internal names already.
+        names = internal_columns(source.info, reads[name])
+        raw = exp.select(*columns(names), exp.column(WEIGHT, quoted=True)).from_(
             exp.table_(change.view, quoted=True)
         )
-        names = internal_columns(source.info, reads[name])
         image = _json_image(names) if incomparable else None
         delta = views.cached(f"delta{index}", compacted(raw, names, image))
         deltas.append(delta)

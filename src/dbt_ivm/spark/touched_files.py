@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dbt_ivm.spark.carried_columns import Carried
 from dbt_ivm.spark.iceberg import Snapshot, TableName, load_table, quote_identifier, quoted_name, sql_string
 from dbt_ivm.sqltext import SEQ, WEIGHT
 
@@ -99,7 +100,7 @@ def create_touched_files_view(
     spark: Any,
     table: TableName,
     view_name: str,
-    columns: Sequence[str],
+    columns: Carried,
     start: int,
     chain: Sequence[Snapshot],
 ) -> Staged | str:
@@ -171,22 +172,28 @@ def create_touched_files_view(
         staged.append(set_id)
         frame = spark.read.format("iceberg").option("scan-task-set-id", set_id).table(quoted_name(table))
         if positions is None:
-            return frame, records
+            return frame.selectExpr(*columns.select_list()), records
         # Metadata columns as plain ones first: Spark's join cannot resolve them in its condition.
-        located = frame.selectExpr("*", "_file AS __ivm_data_file", "_pos AS __ivm_data_pos")
+        # The carried names keep them apart from a source column named like them.
+        located = frame.selectExpr(
+            *columns.select_list(), "_file AS __ivm_data_file", "_pos AS __ivm_data_pos"
+        )
         kept = positions.selectExpr("file_path AS __ivm_data_file", "pos AS __ivm_data_pos")
         at = located.join(kept, ["__ivm_data_file", "__ivm_data_pos"], "left_semi")
         return at, 0
 
     def weighed(frame: Any, weight: int, seq: int) -> Any:
         return frame.selectExpr(
-            *(quote_identifier(c) for c in columns),
+            *(quote_identifier(c) for c in columns.names),
             f"CAST({weight} AS INT) AS {quote_identifier(WEIGHT)}",
             f"CAST({seq} AS BIGINT) AS {quote_identifier(SEQ)}",
         )
 
     try:
-        view = weighed(spark.read.table(quoted_name(table)).where("false"), 1, 0)  # plans no scan
+        # plans no scan
+        view = weighed(
+            spark.read.table(quoted_name(table)).where("false").selectExpr(*columns.select_list()), 1, 0
+        )
         for seq, (snapshot, weight, files, positions) in enumerate(reads):
             read = read_at(snapshot, files, positions) if files else None
             if read is not None:
