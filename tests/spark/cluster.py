@@ -50,11 +50,14 @@ def _environment(**extra: str) -> dict[str, str]:
 
 
 def _launch(command: list[str], log: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
-    """`spark-class` with `command`, in a process group of its own, output to `log`."""
+    """`spark-class` with `command`, in a process group of its own, output to `log`, working in
+    `log`'s directory: Derby and Hive drop files (derby.log, metastore_db) into the working
+    directory, which must not be the checkout other tests run in."""
     with log.open("wb") as output:
         return subprocess.Popen(
             [str(spark_home() / "bin" / "spark-class"), *command],
             env=env,
+            cwd=log.parent,
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -114,21 +114,18 @@ class TestIcebergByDefault:
         assert nodes["people_view"]["metadata"]["type"] == "view"
 
 
+def thrift_target(port: int) -> dict[str, Any]:
+    """A profile target reaching the test session's Thrift server."""
+    return {"type": "ivm_spark", "method": "thrift", "host": "127.0.0.1", "port": port, "user": "dbt"}
+
+
 class TestThriftMethodIvmSpark(BaseSimpleMaterializations):
     """`method: thrift` works as in dbt-spark: here against a Spark Thrift server on the test session,
     so seeds and table models land in the same Iceberg catalog (file_format iceberg by default)."""
 
     @pytest.fixture(scope="class")
     def dbt_profile_target(self, thrift_server: int) -> dict[str, Any]:
-        return {
-            "type": "ivm_spark",
-            "method": "thrift",
-            "host": "127.0.0.1",
-            "port": thrift_server,
-            "user": "dbt",
-            "threads": 1,
-            "poll_interval": 0,
-        }
+        return {**thrift_target(thrift_server), "threads": 1, "poll_interval": 0}
 
     def test_base(self, project: Any) -> None:
         super().test_base(project)
@@ -141,13 +138,7 @@ class TestThriftStreamTablesNeedTheMetastore:
 
     @pytest.fixture(scope="class")
     def dbt_profile_target(self, thrift_server: int) -> dict[str, Any]:
-        return {
-            "type": "ivm_spark",
-            "method": "thrift",
-            "host": "127.0.0.1",
-            "port": thrift_server,
-            "user": "dbt",
-        }
+        return thrift_target(thrift_server)
 
     @pytest.fixture(scope="class")
     def models(self) -> dict[str, str]:
