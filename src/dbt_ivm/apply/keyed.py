@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dbt_ivm.apply.key_span import KeySpan
 from dbt_ivm.apply.statements import (
     STORED,
     assignments,
@@ -122,9 +123,14 @@ def _violates_key(layout: Layout, present: exp.Expr) -> exp.Expr:
     )
 
 
-def _with_stored(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Select:
-    """The rows LEFT JOINed to their stored row, if any (whose ``__ivm_present`` is then TRUE)."""
+def _with_stored(
+    layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target, span: KeySpan | None = None
+) -> exp.Select:
+    """The rows LEFT JOINed to their stored row, if any (whose ``__ivm_present`` is then TRUE);
+    `span`: the rows' key span, which the stored rows are read through."""
     stored = exp.select(exp.Star(), exp.alias_(exp.true(), PRESENT, quoted=True)).from_(stream_table)
+    if span is not None:
+        stored = stored.where(span.covers())
     return (
         exp.select()
         .from_(aliased(rows, ROWS))
@@ -159,6 +165,7 @@ def _merge(
     delete_if: exp.Expr,
     update_if: exp.Expr,
     insert_if: exp.Expr,
+    span: KeySpan | None = None,
 ) -> exp.Merge:
     # The hash is the key's: an update leaves it as it is.
     updates = assignments(layout.columns, ROWS)
@@ -168,11 +175,19 @@ def _merge(
         exp.When(matched=True, condition=update_if, then=exp.Update(expressions=updates)),
         insert_when(insert_if, inserted, ROWS),
     ]
-    return merge_into(stream_table, rows, ROWS, same_key(STORED, layout.key, ROWS, target), whens)
+    on = same_key(STORED, layout.key, ROWS, target)
+    return merge_into(
+        stream_table, rows, ROWS, on if span is None else exp.and_(on, span.covers(STORED)), whens
+    )
 
 
 def classified_rows(
-    layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target, checked: bool = False
+    layout: Layout,
+    rows: exp.Expr,
+    stream_table: exp.Table,
+    target: Target,
+    checked: bool = False,
+    span: KeySpan | None = None,
 ) -> exp.Select:
     """The consolidated rows that change something, each with what the MERGE will do to it:
     'I' insert, 'U' update (values differ), 'D' delete. Decided once against the stream table, so
@@ -180,7 +195,7 @@ def classified_rows(
 
     `checked` (rows from `consolidated_rows(..., checked=True)`): a row that shows a source key is
     not unique is classified `VIOLATES` instead, so the caller can refuse the batch rather than
-    write a table that silently lost a row."""
+    write a table that silently lost a row. `span`: the rows' `KeySpan`, to read fewer stored rows."""
     present = exp.column(PRESENT, STORED, quoted=True)
     action = exp.Case()
     if checked:
@@ -191,7 +206,7 @@ def classified_rows(
         .when(changed(STORED, ROWS, layout.columns), exp.Literal.string("U"))
     )
     carried = with_hash(layout.columns, layout.key, target)
-    classified = _with_stored(layout, rows, stream_table, target).select(
+    classified = _with_stored(layout, rows, stream_table, target, span).select(
         *columns(carried, ROWS), exp.alias_(action, ACTION, quoted=True)
     )
     return (
@@ -205,9 +220,21 @@ def _action_is(letter: str) -> exp.Expr:
     return exp.EQ(this=exp.column(ACTION, ROWS, quoted=True), expression=exp.Literal.string(letter))
 
 
-def classified_merge(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Merge:
-    """The MERGE of `classified_rows`' rows: each does what its action says."""
-    return _merge(layout, rows, stream_table, target, _action_is("D"), _action_is("U"), _action_is("I"))
+def classified_merge(
+    layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target, span: KeySpan | None = None
+) -> exp.Merge:
+    """The MERGE of `classified_rows`' rows: each does what its action says. `span`: the rows'
+    `KeySpan`, which no stored row outside can match (so the MERGE need not read it).
+
+    >>> from dbt_ivm.keys import SPARK
+    >>> layout = Layout("keyed", ("id",), (), ("id",))
+    >>> span = KeySpan("id", exp.Literal.number(7), exp.Literal.number(9), holds_null=False)
+    >>> sql = classified_merge(layout, exp.to_table("rows"), exp.to_table("st"), SPARK, span).sql("spark")
+    >>> print(sql[sql.index(" ON ") : sql.index(" WHEN")])
+     ON `t`.`id` IS NOT DISTINCT FROM `r`.`id` AND `t`.`id` BETWEEN 7 AND 9
+    """
+    actions = (_action_is("D"), _action_is("U"), _action_is("I"))
+    return _merge(layout, rows, stream_table, target, *actions, span=span)
 
 
 MERGED, DONE = "__ivm_merged", "__ivm_done"

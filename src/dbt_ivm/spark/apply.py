@@ -9,6 +9,7 @@ MERGE.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 from sqlglot import exp
 
 from dbt_ivm.apply import keyed, multiset
+from dbt_ivm.apply.key_span import KeySpan
 from dbt_ivm.delta.terms import aliased
 from dbt_ivm.keys import SPARK, same_values
 from dbt_ivm.layout import DUP, Layout
@@ -119,6 +121,9 @@ def create_table(
         )
         extra.append(exp.alias_(exp.cast(ordinal, exp.DataType.build("int")), DUP, quoted=True))
     select = exp.select(*columns(layout.columns, "c"), *extra).from_(aliased(contents, "c"))
+    if layout.kind != "multiset" and layout.key:
+        # Written in key order, each file holds a narrow span of keys, which a batch's KeySpan skips.
+        select = select.order_by(*columns(layout.key, "c"))
     create = (
         f"CREATE TABLE {relation.sql(DIALECT)} USING iceberg "
         f"TBLPROPERTIES ({table_properties(properties or {})}) AS {select.sql(DIALECT)}"
@@ -174,9 +179,13 @@ def prepare(
     layout: Layout,
     delta: exp.Query,
     also_count: tuple[exp.Expr, ...] = (),
+    narrow: bool = False,
 ) -> Prepared:
     """Pin the rows a row delta (layout columns + weight) will write; count them, and in the same
-    query the rows of `also_count` (the batch's change sets, for the history)."""
+    query the rows of `also_count` (the batch's change sets, for the history).
+
+    `narrow` (a batch, not a FULL refresh's whole table): read the stored rows through the span of
+    the key the batch touches (`KeySpan`), so Iceberg skips the files outside it."""
     if layout.kind == "multiset":
         summed = views.pinned("summed", multiset.summed_rows(layout, delta, SPARK))
         ops = views.pinned("ops", ordinal_ops(layout, summed, table))
@@ -186,7 +195,12 @@ def prepare(
     # Nothing enforces a key on Spark: rows keyed by source keys check that those are unique.
     checked = layout.kind == "keyed"
     consolidated = keyed.consolidated_rows(layout, delta, SPARK, checked)
-    rows = views.pinned("rows", keyed.classified_rows(layout, consolidated, table, SPARK, checked))
+    to_classify: exp.Expr = consolidated
+    span = None
+    if narrow and layout.key:
+        pinned = views.pinned("consolidated", consolidated)  # read by the span, then classified
+        to_classify, span = pinned, key_span(spark, pinned, layout.key[0])
+    rows = views.pinned("rows", keyed.classified_rows(layout, to_classify, table, SPARK, checked, span))
     action = exp.column(keyed.ACTION, quoted=True)
     counts = exp.select(
         *[
@@ -195,10 +209,45 @@ def prepare(
         ]
     ).from_(rows)
     found = _counted(spark, counts, also_count)
-    merge = keyed.classified_merge(layout, rows, table, SPARK).sql(DIALECT)
+    merge = keyed.classified_merge(layout, rows, table, SPARK, span).sql(DIALECT)
     return Prepared(
         int(found[0]), int(found[1]), int(found[2]), merge, int(found[3]), also_counted=int(found[-1] or 0)
     )
+
+
+# Types whose values survive a round trip through their string form (a timestamp's, through its
+# microseconds: a local time can name two instants) and compare as Iceberg orders them. A
+# floating-point key (NaN, -0.0) or a nested one gets no span.
+SPANNED_TYPES = re.compile(r"(tiny|small|big)?int|decimal\(\d+,\d+\)|string|date|timestamp(_ntz)?")
+
+
+def key_span(spark: Any, rows: exp.Table, column: str) -> KeySpan | None:
+    """The span of `column` among `rows` (a pinned view), in one job; None when its type has no
+    span (`SPANNED_TYPES`) or no row has a value."""
+    type_name = spark.table(bt(rows.name)).schema[column].dataType.simpleString()
+    if not SPANNED_TYPES.fullmatch(type_name):
+        return None
+    key = exp.column(column, quoted=True)
+    instant = type_name == "timestamp"
+
+    def shown(value: exp.Expr) -> exp.Expr:
+        carried = exp.Anonymous(this="unix_micros", expressions=[value]) if instant else value
+        return exp.cast(carried, exp.DataType.build("string"))
+
+    def read(value: str) -> exp.Expr:
+        if instant:
+            return exp.Anonymous(this="timestamp_micros", expressions=[exp.Literal.number(value)])
+        return exp.cast(exp.Literal.string(value), exp.DataType.build(type_name, dialect=DIALECT))
+
+    query = exp.select(
+        shown(exp.Min(this=key.copy())),
+        shown(exp.Max(this=key.copy())),
+        exp.CountIf(this=exp.Is(this=key.copy(), expression=exp.null())),
+    ).from_(rows)
+    low, high, nulls = spark.sql(query.sql(DIALECT)).collect()[0]
+    if low is None:
+        return None
+    return KeySpan(column, read(low), read(high), holds_null=bool(nulls))
 
 
 def _counted(spark: Any, counts: exp.Select, also_count: tuple[exp.Expr, ...]) -> Any:

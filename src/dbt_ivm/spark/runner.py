@@ -437,7 +437,8 @@ def _refresh(
     else:
         # The change sets are counted for the history in the same query as the rows to write.
         also_count = batch.deltas if result.action == "DIFFERENTIAL" and batch and not counted else ()
-        prepared = spark_apply.prepare(spark, views, _table(spec), layout, delta, also_count)
+        narrow = result.action == "DIFFERENTIAL"
+        prepared = spark_apply.prepare(spark, views, _table(spec), layout, delta, also_count, narrow)
         if also_count:
             changes, counted = prepared.also_counted, True
         if prepared.violations:
