@@ -13,16 +13,34 @@
   {{ run_hooks(pre_hooks, inside_transaction=False) }}
   {{ run_hooks(pre_hooks, inside_transaction=True) }}
 
+  {% do ivm_warn_inapplicable_configs() %}
+  {#- dbt's contract: the query's columns and types must be the declared ones (dbt's own check). -#}
+  {%- if config.get('contract').enforced -%}
+    {% do get_assert_columns_equivalent(sql) %}
+  {%- endif -%}
+
   {#- A view or materialized view of the same name (the model's previous materialization) makes way. -#}
   {%- if existing_relation is not none and not existing_relation.is_table -%}
     {{ log('Dropping ' ~ existing_relation ~ ' (a ' ~ existing_relation.type ~ ') to create stream table ' ~ target_relation) }}
     {% do adapter.drop_relation(existing_relation) %}
   {%- endif -%}
 
-  {%- set result = adapter.dispatch('stream_table_run', 'dbt')(
-        target_relation, sql, ivm_stream_table_config(), should_full_refresh()) -%}
-  {#- What `dbt run` prints for this model: action, rows changed, seconds. -#}
-  {% do store_raw_result('main', message=result['summary'], code=result['action'], rows_affected=result['rows_changed']) %}
+  {%- if flags.EMPTY and existing_relation is not none and existing_relation.is_table -%}
+    {#- --empty reads every ref as zero rows: a stream table keeps its rows and its registration. -#}
+    {{ log('stream table model ' ~ model.name ~ ': left as it is under --empty', info=True) }}
+    {% do store_raw_result('main', message='NO-OP (--empty)', code='NO-OP', rows_affected=0) %}
+  {%- elif flags.EMPTY -%}
+    {#- Nothing to keep yet: an empty plain table with the model's columns, for the models downstream;
+        the next run without --empty makes it a stream table. -#}
+    {% call statement('main') -%}
+      {{ create_table_as(False, target_relation, sql) }}
+    {%- endcall %}
+  {%- else -%}
+    {%- set result = adapter.dispatch('stream_table_run', 'dbt')(
+          target_relation, sql, ivm_stream_table_config(), should_full_refresh()) -%}
+    {#- What `dbt run` prints (action, rows changed, seconds) and run_results' adapter_response. -#}
+    {% do store_result('main', response=result['response']) %}
+  {%- endif -%}
 
   {{ run_hooks(post_hooks, inside_transaction=True) }}
 
@@ -48,7 +66,27 @@
       'user_triggers': config.get('user_triggers', 'auto'),
       'notify_channel': config.get('notify_channel', none),
       'tblproperties': config.get('tblproperties', none),
+      'invocation_id': invocation_id,
   }) }}
+{% endmacro %}
+
+
+{#-
+  Configs of other materializations that mean nothing for a stream table (its rows always equal its
+  query, its columns follow it); a model carrying one is told so rather than silently ignored.
+-#}
+{% macro ivm_warn_inapplicable_configs() %}
+  {%- set why = {
+      'unique_key': "rows are matched on the query's own keys",
+      'incremental_strategy': 'every run applies exactly what changed in the sources',
+      'on_schema_change': "a changed query or source rebuilds the table (the reason is logged)",
+  } -%}
+  {%- for name, reason in why.items() -%}
+    {%- if config.get(name) is not none -%}
+      {% do exceptions.warn('stream table model ' ~ model.name ~ ': config ' ~ name ~ ' does not apply to '
+          ~ "materialized='stream_table' and is ignored (" ~ reason ~ '); remove it') %}
+    {%- endif -%}
+  {%- endfor -%}
 {% endmacro %}
 
 

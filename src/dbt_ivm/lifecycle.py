@@ -82,7 +82,11 @@ class Backend(Protocol):
 def record(backend: Backend, result: RefreshResult, changes_read: int, started: float) -> None:
     """The history row of a run that did `result` (its duration so far included)."""
     result.seconds = time.monotonic() - started
-    result.refresh_id = backend.record(result.history_fields(backend.spec.initiated_by, changes_read))
+    spec = backend.spec
+    result.changes_read = changes_read
+    result.refresh_id = backend.record(
+        result.history_fields(spec.initiated_by, changes_read, spec.invocation_id)
+    )
 
 
 def run(backend: Backend) -> RefreshResult:
@@ -94,7 +98,9 @@ def run(backend: Backend) -> RefreshResult:
             result = _decide(backend, started)
         except Exception as error:
             backend.record_failure(
-                RefreshResult.failure_fields(error, time.monotonic() - started, spec.initiated_by)
+                RefreshResult.failure_fields(
+                    error, time.monotonic() - started, spec.initiated_by, spec.invocation_id
+                )
             )
             raise
     if spec.refresh_mode == "differential" and result.action == "FULL":

@@ -29,6 +29,8 @@ class StreamTableSpec:
     user_triggers: UserTriggers = "auto"
     notify_channel: str | None = None
     initiated_by: str = "dbt"
+    # The dbt invocation that ran it (dbt's `invocation_id`), kept in its history row.
+    invocation_id: str | None = None
     # Spark: the stream table's Iceberg table properties (dbt-spark's `tblproperties` config), e.g.
     # write.merge.mode=merge-on-read; set at create and whenever they differ from the table's.
     table_properties: dict[str, str] = field(default_factory=dict)
@@ -48,6 +50,7 @@ class RefreshResult:
     estimated_differential_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
     refresh_id: int | None = None
+    changes_read: int = 0  # the batch's net changed source rows (as in the history)
     # How rows were written: 'merge', 'explicit' (DELETE/UPDATE/INSERT for user triggers) or
     # 'merge_triggers_off' (user_triggers='off'); None when nothing was applied.
     apply_path: str | None = None
@@ -56,7 +59,9 @@ class RefreshResult:
     def rows_changed(self) -> int:
         return self.rows_inserted + self.rows_updated + self.rows_deleted
 
-    def history_fields(self, initiated_by: str, changes_read: int) -> dict[str, object]:
+    def history_fields(
+        self, initiated_by: str, changes_read: int, invocation_id: str | None = None
+    ) -> dict[str, object]:
         """The columns of this run's row in the refresh history table (same on every backend; the
         planner's estimate only where there is one: Spark's history has no such column)."""
         fields: dict[str, object] = {
@@ -68,6 +73,7 @@ class RefreshResult:
             "status": "OK",
             "reason": self.reason,
             "initiated_by": initiated_by,
+            "invocation_id": invocation_id,
             "duration_seconds": self.seconds,
         }
         if self.estimated_differential_seconds is not None:
@@ -75,7 +81,9 @@ class RefreshResult:
         return fields
 
     @staticmethod
-    def failure_fields(error: BaseException, seconds: float, initiated_by: str) -> dict[str, object]:
+    def failure_fields(
+        error: BaseException, seconds: float, initiated_by: str, invocation_id: str | None = None
+    ) -> dict[str, object]:
         """The columns of a failed run's row in the refresh history table."""
         return {
             "action": "FAILED",
@@ -83,6 +91,7 @@ class RefreshResult:
             "status": "FAILED",
             "error_text": str(error)[:4000],
             "initiated_by": initiated_by,
+            "invocation_id": invocation_id,
         }
 
     def summary(self) -> str:

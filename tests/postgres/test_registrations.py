@@ -275,3 +275,22 @@ def test_cli_gc(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> N
 def test_cli_reports_a_connection_failure(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["gc", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"]) == 1
     assert "cannot connect to PostgreSQL" in capsys.readouterr().err
+
+
+def test_a_catalog_from_an_earlier_version_gains_the_invocation_column(shop: Any) -> None:
+    """History written before invocation_id existed: the next run adds the column and fills it."""
+    execute(shop, f"ALTER TABLE {CATALOG}.refresh_history DROP COLUMN invocation_id")
+    execute(shop, "INSERT INTO orders VALUES (21, 'c1', 5, DATE '2024-02-01')")
+    refresh(
+        shop,
+        "customer_totals",
+        STREAMS["customer_totals"],
+        refresh_mode="differential",
+        invocation_id="run-7",
+    )
+    latest = rows(
+        shop,
+        f"SELECT action, invocation_id FROM {CATALOG}.refresh_history "
+        "WHERE stream_table LIKE '%customer_totals' ORDER BY refresh_id DESC LIMIT 2",
+    )
+    assert [tuple(r) for r in latest] == [("DIFFERENTIAL", "run-7"), ("CREATE", None)]

@@ -5,10 +5,11 @@ Kept free of any connection so a future adapter (Spark) can share the same valid
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, cast, get_args
 
 from dbt.adapters.base.relation import BaseRelation
+from dbt.adapters.contracts.connection import AdapterResponse
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt_ivm.spec import OnConfigurationChange, RefreshMode, RefreshResult, StreamTableSpec, UserTriggers
@@ -78,6 +79,7 @@ def build_spec(
         ),
         notify_channel=str(notify_channel) if notify_channel else None,
         initiated_by="dbt",
+        invocation_id=str(config["invocation_id"]) if config.get("invocation_id") else None,
         table_properties=_table_properties(model_name, config.get("tblproperties")),
     )
 
@@ -92,9 +94,46 @@ def _table_properties(model: str, value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+# What dbt shows for a run that found nothing to do (dbt's own word for it); the history says SKIP.
+NO_OP = "NO-OP"
+
+
+@dataclass
+class StreamTableResponse(AdapterResponse):
+    """A stream table run in run_results.json's `adapter_response`: dbt's code, message and rows
+    affected, and what the engine did, field by field."""
+
+    action: str = ""
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_deleted: int = 0
+    changes_read: int = 0
+    reason: str | None = None
+    refresh_id: int | None = None
+
+
+def shown_summary(result: RefreshResult) -> str:
+    """The line `dbt run` prints for the model: NO-OP when nothing changed, else the engine's summary."""
+    if result.action == "SKIP":
+        return f"{NO_OP} in {result.seconds:.2f}s"
+    return result.summary()
+
+
 def result_fields(result: RefreshResult) -> dict[str, Any]:
-    """Everything the materialization shows or returns about one run."""
+    """Everything the materialization shows or returns about one run, with its adapter response."""
     fields = asdict(result)
     fields["rows_changed"] = result.rows_changed
-    fields["summary"] = result.summary()
+    fields["summary"] = shown_summary(result)
+    fields["response"] = StreamTableResponse(
+        _message=fields["summary"],
+        code=NO_OP if result.action == "SKIP" else result.action,
+        rows_affected=result.rows_changed,
+        action=result.action,
+        rows_inserted=result.rows_inserted,
+        rows_updated=result.rows_updated,
+        rows_deleted=result.rows_deleted,
+        changes_read=result.changes_read,
+        reason=result.reason,
+        refresh_id=result.refresh_id,
+    )
     return fields

@@ -444,4 +444,111 @@ class TestImmediateStreamTable:
         project.run_sql(f"insert into {orders} values (5, 3, 7); delete from {orders} where id = 1")
         assert differences(project, "customer_totals", customer_totals_query(project)) == 0
         again = only_result(run_dbt(["run", "--select", "customer_totals"]))
-        assert again.message.startswith("SKIP"), again.message
+        assert again.message.startswith("NO-OP"), again.message
+
+
+CONTRACT_YML = """
+version: 2
+models:
+  - name: typed_totals
+    config:
+      contract: {enforced: true}
+    columns:
+      - name: customer_id
+        data_type: integer
+      - name: total
+        data_type: bigint
+        constraints: [{type: not_null}]
+      - name: order_count
+        data_type: bigint
+"""
+
+
+class TestRunsReadLikeDbtModels:
+    """What dbt shows and keeps of a stream table run: adapter_response fields, NO-OP for a run with
+    nothing to do, dbt's invocation_id in the history; --empty keeps a stream table's rows (and builds
+    an empty table for a new one); configs of other materializations warn by name; a contract's types
+    are checked."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        keyed = "{{ config(materialized='stream_table', unique_key='customer_id', on_schema_change='fail') }}"
+        return {
+            "customer_totals.sql": CUSTOMER_TOTALS_SQL,
+            "keyed_totals.sql": CUSTOMER_TOTALS_SQL.replace(
+                "{{ config(materialized='stream_table') }}", keyed
+            ),
+            "typed_totals.sql": CUSTOMER_TOTALS_SQL,
+            "schema.yml": CONTRACT_YML,
+        }
+
+    def history(self, project: Any, name: str) -> list[tuple[str, str | None]]:
+        rows = project.run_sql(
+            f'select action, invocation_id from "{CATALOG}"."refresh_history" '
+            f"where stream_table = '{{schema}}.{name}' order by refresh_id",
+            fetch="all",
+        )
+        return [(row[0], row[1]) for row in rows]
+
+    def test_responses_history_and_empty(self, project: Any) -> None:
+        run_dbt(["seed"])
+        created = only_result(run_dbt(["run", "--select", "customer_totals"]))
+        invocation = get_artifact(project.project_root, "target", "run_results.json")["metadata"][
+            "invocation_id"
+        ]
+        response = created.adapter_response
+        assert (response["code"], response["action"], response["rows_inserted"]) == ("CREATE", "CREATE", 2)
+        assert self.history(project, "customer_totals") == [("CREATE", invocation)]
+
+        nothing = only_result(run_dbt(["run", "--select", "customer_totals"]))
+        assert nothing.message.startswith("NO-OP"), nothing.message
+        assert (nothing.adapter_response["code"], nothing.adapter_response["action"]) == ("NO-OP", "SKIP")
+
+        project.run_sql(f'update "{project.test_schema}"."orders" set amount = 25 where id = 2')
+        project.run_sql(f'insert into "{project.test_schema}"."orders" values (4, 3, 40)')
+        changed = only_result(run_dbt(["run", "--select", "customer_totals"])).adapter_response
+        assert changed["code"] in ("DIFFERENTIAL", "FULL"), changed
+        assert (changed["rows_inserted"], changed["rows_updated"], changed["rows_deleted"]) == (1, 1, 0)
+        assert changed["rows_affected"] == 2 and changed["refresh_id"] is not None
+        if changed["code"] == "DIFFERENTIAL":
+            assert changed["changes_read"] == 3  # the update's old and new rows, the insert
+
+        # --empty reads every ref as no rows: the stream table keeps its rows and is not rebuilt.
+        kept = only_result(run_dbt(["run", "--select", "customer_totals", "--empty"]))
+        assert kept.adapter_response["code"] == "NO-OP" and "--empty" in kept.message
+        assert differences(project, "customer_totals", customer_totals_query(project)) == 0
+        after = only_result(run_dbt(["run", "--select", "customer_totals"]))
+        assert after.adapter_response["code"] == "NO-OP", after.message
+        assert len(self.history(project, "customer_totals")) == 4  # --empty wrote no history row
+
+        # A model never run before: --empty makes an empty table with its columns; the next run builds.
+        run_dbt(["run", "--select", "keyed_totals", "--empty"])
+        assert user_columns(project, "keyed_totals") == ["customer_id", "total", "order_count"]
+        assert not is_registered(project, "keyed_totals")
+        results, logs = run_dbt_and_capture(["run", "--select", "keyed_totals"])
+        assert only_result(results).adapter_response["code"] == "REBUILD"
+        assert differences(project, "keyed_totals", customer_totals_query(project)) == 0
+        for config in ("unique_key", "on_schema_change"):
+            assert f"stream table model keyed_totals: config {config} does not apply" in logs, logs
+
+    def test_contract_types_are_checked(self, project: Any) -> None:
+        run_dbt(["seed"])
+        # sum(integer) is bigint, count(*) bigint: the declared types hold. (dbt itself warns, when it
+        # parses the project, that a stream table does not create the not_null constraint.)
+        created = only_result(run_dbt(["run", "--select", "typed_totals"]))
+        assert created.adapter_response["code"] in ("CREATE", "REBUILD", "NO-OP")
+        yml = read_file(project.project_root, "models", "schema.yml")
+        write_file(
+            yml.replace("data_type: bigint\n        constraints", "data_type: text\n        constraints"),
+            project.project_root,
+            "models",
+            "schema.yml",
+        )
+        failed = only_result(run_dbt(["run", "--select", "typed_totals"], expect_pass=False))
+        message = failed.message.lower()
+        assert failed.status == "error" and "contract" in message and "| total" in message, failed.message
+        assert "text" in message and "data type mismatch" in message, failed.message

@@ -12,7 +12,7 @@ import pytest
 from dbt.adapters.ivm_spark import IvmSparkAdapter, IvmSparkCredentials, Plugin
 from dbt.include import ivm
 from dbt.tests.adapter.basic.test_base import BaseSimpleMaterializations
-from dbt.tests.util import run_dbt, write_file
+from dbt.tests.util import get_artifact, read_file, run_dbt, write_file
 
 from dbt_ivm.spark.iceberg import current_version
 
@@ -271,3 +271,68 @@ class TestStreamTablesOutliveSchemaChanges:
         run_dbt(["run", "--select", "everyone"])
         self.same(project, "everyone", "select * from {s}.people_source")
         run_dbt(["run", "--select", "everyone"])
+
+
+class TestRunsReadLikeDbtModels:
+    """On Spark as on PostgreSQL: adapter_response fields, NO-OP, dbt's invocation_id in the history,
+    --empty keeping a stream table's rows (and building an empty table for a new one), a contract's
+    types checked."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"people.csv": SEED}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        config = "{{ config(materialized='stream_table') }} "
+        return {
+            "people_source.sql": "{{ config(materialized='table') }} select id, name from {{ ref('people') }}",
+            "named.sql": config + "select id, upper(name) as name from {{ ref('people_source') }}",
+            "later.sql": config + "select id, name from {{ ref('people_source') }} where id > 1",
+            "schema.yml": "version: 2\nmodels:\n  - name: later\n    config:\n      contract: {enforced: true}\n"
+            "    columns:\n      - name: id\n        data_type: bigint\n      - name: name\n        data_type: string\n",
+        }
+
+    def test_responses_history_empty_and_contract(self, project: Any) -> None:
+        s = project.test_schema
+        run_dbt(["seed"])
+        run_dbt(["run", "--select", "people_source"])
+        created = run_dbt(["run", "--select", "named"]).results[0].adapter_response
+        assert (created["code"], created["action"], created["rows_inserted"]) == ("CREATE", "CREATE", 2)
+        invocation = get_artifact(project.project_root, "target", "run_results.json")["metadata"][
+            "invocation_id"
+        ]
+        history = project.run_sql(
+            f"select action, invocation_id from dbt_ivm.refresh_history where stream_table = '{s}.named'",
+            fetch="all",
+        )
+        assert [tuple(r) for r in history] == [("CREATE", invocation)]
+        nothing = run_dbt(["run", "--select", "named"]).results[0]
+        assert nothing.adapter_response["code"] == "NO-OP" and nothing.message.startswith("NO-OP")
+
+        project.run_sql(f"insert into {s}.people_source values (3, 'carol')")
+        project.run_sql(f"delete from {s}.people_source where id = 1")
+        changed = run_dbt(["run", "--select", "named"]).results[0].adapter_response
+        assert (changed["rows_inserted"], changed["rows_deleted"], changed["changes_read"]) == (1, 1, 2), (
+            changed
+        )
+
+        # --empty: the stream table keeps its rows; a new one is an empty table until the next run.
+        kept = run_dbt(["run", "--select", "named", "later", "--empty"]).results
+        by_model = {r.node.name: r for r in kept}
+        assert by_model["named"].adapter_response["code"] == "NO-OP"
+        assert project.run_sql(f"select count(*) from {s}.named", fetch="one")[0] == 2
+        assert project.run_sql(f"select count(*) from {s}.later", fetch="one")[0] == 0
+        built = run_dbt(["run", "--select", "named", "later"]).results
+        codes = {r.node.name: r.adapter_response["code"] for r in built}
+        assert codes == {"named": "NO-OP", "later": "REBUILD"}, codes
+        stored = sorted(map(tuple, project.run_sql(f"select id, name from {s}.later", fetch="all")))
+        assert stored == [(2, "bob"), (3, "carol")], stored
+
+        # The contract's declared types are checked on every run.
+        yml = read_file(project.project_root, "models", "schema.yml")
+        write_file(
+            yml.replace("data_type: string", "data_type: int"), project.project_root, "models", "schema.yml"
+        )
+        failed = run_dbt(["run", "--select", "later"], expect_pass=False).results[0]
+        assert "contract" in failed.message.lower() and "data type mismatch" in failed.message, failed.message

@@ -11,7 +11,7 @@ from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
 # The column added last, and its table: a catalog that has it needs no upgrade.
-NEWEST_TABLE, NEWEST_COLUMN = "immediate_turns", "writes"
+NEWEST_TABLE, NEWEST_COLUMN = "refresh_history", "invocation_id"
 
 
 def bootstrap(db: Db, catalog: str) -> None:
@@ -75,11 +75,13 @@ def bootstrap(db: Db, catalog: str) -> None:
             "writes bigint NOT NULL DEFAULT 0, storage jsonb NOT NULL, digest text NOT NULL)"
         )
         db.execute(
-            f"CREATE TABLE IF NOT EXISTS {s}.{q(NEWEST_TABLE)} (stream_table text NOT NULL, "
-            f"stripe integer NOT NULL, {NEWEST_COLUMN} bigint NOT NULL DEFAULT 0, PRIMARY KEY (stream_table, stripe))"
+            f"CREATE TABLE IF NOT EXISTS {s}.{q('immediate_turns')} (stream_table text NOT NULL, "
+            "stripe integer NOT NULL, writes bigint NOT NULL DEFAULT 0, PRIMARY KEY (stream_table, stripe))"
         )
-        for table in ("immediate_state", NEWEST_TABLE):
+        for table in ("immediate_state", "immediate_turns"):
             db.execute(f"REVOKE ALL ON {s}.{q(table)} FROM PUBLIC")
+        # The dbt invocation behind each history row (added last: NEWEST_COLUMN).
+        db.execute(f"ALTER TABLE {s}.{q(NEWEST_TABLE)} ADD COLUMN IF NOT EXISTS {q(NEWEST_COLUMN)} text")
 
 
 @dataclass

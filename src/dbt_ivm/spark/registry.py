@@ -36,8 +36,13 @@ STREAM_TABLES_COLUMNS = (
 HISTORY_COLUMNS = (
     "refresh_id bigint, stream_table string, action string, rows_inserted bigint, rows_updated bigint, "
     "rows_deleted bigint, changes_read bigint, duration_seconds double, status string, reason string, "
-    "error_text string, initiated_by string, started_at timestamp, finished_at timestamp"
+    "error_text string, initiated_by string, started_at timestamp, finished_at timestamp, "
+    "invocation_id string"
 )
+# Columns added to HISTORY_COLUMNS after tables were first created with it, and their types.
+HISTORY_ADDED = {"invocation_id": "string"}
+# History tables this process has seen with every column (a table never loses one).
+_UPGRADED: set[str] = set()
 
 T = TypeVar("T")
 
@@ -59,6 +64,14 @@ def bootstrap(spark: Any, catalog: str) -> None:
             f"CREATE TABLE IF NOT EXISTS {table(catalog, name)} ({columns}) USING iceberg "
             f"TBLPROPERTIES ({REGISTRY_PROPERTIES})"
         )
+    history = table(catalog, "refresh_history")
+    if history in _UPGRADED:
+        return
+    present = set(spark.table(history).columns)
+    missing = [f"{_bt(name)} {kind}" for name, kind in HISTORY_ADDED.items() if name not in present]
+    if missing:  # a history table an earlier version created
+        _retry(lambda: spark.sql(f"ALTER TABLE {history} ADD COLUMNS ({', '.join(missing)})"))
+    _UPGRADED.add(history)  # columns are only ever added: no need to look again in this process
 
 
 @dataclass
@@ -156,6 +169,7 @@ def record(spark: Any, catalog: str, stream_table: str, values: dict[str, Any]) 
         "reason": None,
         "error_text": None,
         "initiated_by": None,
+        "invocation_id": None,
         "started_at": now,
         "finished_at": now,
     }
