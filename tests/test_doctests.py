@@ -10,13 +10,16 @@ import pytest
 
 import dbt_ivm
 
-ENGINE_MODULES = sorted(
-    m.name
-    for m in pkgutil.walk_packages(dbt_ivm.__path__, "dbt_ivm.")
-    if not m.name.startswith(("dbt_ivm.spark", "dbt_ivm.embedded", "dbt_ivm.cli"))
-    # pure, unlike the rest of the Spark runtime
-    or m.name in ("dbt_ivm.spark.touched_files", "dbt_ivm.spark.carried_columns")
-)
+ENGINE_MODULES = [
+    *sorted(
+        m.name
+        for m in pkgutil.walk_packages(dbt_ivm.__path__, "dbt_ivm.")
+        if not m.name.startswith(("dbt_ivm.spark", "dbt_ivm.embedded", "dbt_ivm.cli"))
+        # pure, unlike the rest of the Spark runtime
+        or m.name in ("dbt_ivm.spark.touched_files", "dbt_ivm.spark.carried_columns")
+    ),
+    "dbt.adapters.ivm_postgres.stream_table_config",  # the adapters' shared config and messages
+]
 
 
 @pytest.mark.parametrize("name", ENGINE_MODULES)

@@ -38,8 +38,10 @@
   {%- else -%}
     {%- set result = adapter.dispatch('stream_table_run', 'dbt')(
           target_relation, sql, ivm_stream_table_config(), should_full_refresh()) -%}
-    {#- What `dbt run` prints (action, rows changed, seconds) and run_results' adapter_response. -#}
+    {#- What `dbt run` prints (action, rows changed, seconds) and run_results' adapter_response;
+        target/run holds the SQL the engine ran. -#}
     {% do store_result('main', response=result['response']) %}
+    {% do write(result['statements']) %}
   {%- endif -%}
 
   {{ run_hooks(post_hooks, inside_transaction=True) }}

@@ -17,7 +17,12 @@ from dbt.adapters.ivm_postgres.connections import (
     IvmPostgresConnectionManager,
     connect_for_engine,
 )
-from dbt.adapters.ivm_postgres.stream_table_config import build_spec, result_fields
+from dbt.adapters.ivm_postgres.stream_table_config import (
+    build_spec,
+    naming_the_model,
+    reporting_statements,
+    result_fields,
+)
 from dbt.adapters.postgres.impl import PostgresAdapter
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
@@ -139,23 +144,22 @@ class IvmPostgresAdapter(PostgresAdapter):
         """Create or refresh one stream table with the engine; the result's fields for Jinja."""
         from dbt_ivm.postgres.runner import run_stream_table
 
-        spec = build_spec(relation, sql, config, full_refresh, model_name)
+        spec, statements = reporting_statements(
+            build_spec(relation, sql, config, full_refresh, model_name), logger.debug
+        )
         self._commit_dbt_transaction()
         try:
             result = run_stream_table(self._engine_connection(), spec)
         except IvmError as exc:
             self._discard_engine_connection()
-            message = str(exc)
-            if model_name not in message:
-                message = f"stream table model {model_name}: {message}"
-            raise DbtRuntimeError(message) from exc
+            raise DbtRuntimeError(naming_the_model(model_name, str(exc))) from exc
         except psycopg2.Error as exc:
             self._discard_engine_connection()
             raise DbtDatabaseError(f"stream table model {model_name}: {str(exc).strip()}") from exc
         logger.debug(f"stream table {relation}: {result.summary()}")
         for warning in result.warnings:
-            logger.warning(f"stream table model {model_name}: {warning}")
-        return result_fields(result)
+            logger.warning(naming_the_model(model_name, warning))
+        return result_fields(result, statements)
 
     def ivm_check_differential(self, node: Any) -> None:
         """At compile time: refuse a differential model the engine cannot maintain (compile_check)."""

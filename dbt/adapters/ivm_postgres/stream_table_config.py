@@ -5,6 +5,8 @@ Kept free of any connection so a future adapter (Spark) can share the same valid
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, cast, get_args
 
@@ -94,6 +96,17 @@ def _table_properties(model: str, value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def naming_the_model(model: str, text: str) -> str:
+    """`text` for dbt's log or error, naming the stream table model once (engine messages often do).
+
+    >>> naming_the_model("totals", "model totals: the defining query changed")
+    'model totals: the defining query changed'
+    >>> naming_the_model("totals", "no such column x")
+    'stream table model totals: no such column x'
+    """
+    return text if model in text else f"stream table model {model}: {text}"
+
+
 # What dbt shows for a run that found nothing to do (dbt's own word for it); the history says SKIP.
 NO_OP = "NO-OP"
 
@@ -119,9 +132,25 @@ def shown_summary(result: RefreshResult) -> str:
     return result.summary()
 
 
-def result_fields(result: RefreshResult) -> dict[str, Any]:
-    """Everything the materialization shows or returns about one run, with its adapter response."""
+def reporting_statements(
+    spec: StreamTableSpec, log: Callable[[str], None]
+) -> tuple[StreamTableSpec, list[str]]:
+    """`spec` with each engine statement logged (dbt's debug log) as it is sent, and the list they are
+    kept in (for target/run)."""
+    sent: list[str] = []
+
+    def report(sql: str) -> None:
+        sent.append(sql)
+        log(f"stream table model {spec.model}, engine SQL:\n{sql}")
+
+    return dataclasses.replace(spec, on_statement=report), sent
+
+
+def result_fields(result: RefreshResult, statements: list[str]) -> dict[str, Any]:
+    """Everything the materialization shows or returns about one run: its adapter response, and the
+    engine's statements as one SQL text (what the materialization writes to target/run)."""
     fields = asdict(result)
+    fields["statements"] = "".join(f"{sql.strip().rstrip(';')};\n\n" for sql in statements)
     fields["rows_changed"] = result.rows_changed
     fields["summary"] = shown_summary(result)
     fields["response"] = StreamTableResponse(

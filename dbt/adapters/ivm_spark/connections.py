@@ -47,7 +47,13 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt_ivm.errors import IvmError
 from dbt_ivm.spark import statements
-from dbt_ivm.spark.session import DEFAULT_MASTER, DEFAULT_WAREHOUSE, SessionSettings, get_or_create_session
+from dbt_ivm.spark.session import (
+    DEFAULT_MASTER,
+    DEFAULT_WAREHOUSE,
+    SessionSettings,
+    existing_session,
+    get_or_create_session,
+)
 
 ADAPTER_TYPE = "ivm_spark"
 logger = AdapterLogger("IvmSpark")
@@ -184,7 +190,12 @@ def start_driver(credentials: IvmSparkCredentials) -> Any:
     """The process's SparkSession for `credentials` (started on first use): the embedded session of
     `method: session`, the refresh driver of `method: thrift`."""
     try:
-        return get_or_create_session(credentials.session_settings())
+        settings = credentials.session_settings()
+        if existing_session() is None:  # a JVM start takes seconds: say so before the pause
+            logger.info(
+                f"dbt-ivm: starting the Spark driver ({settings.master}, warehouse {settings.warehouse})"
+            )
+        return get_or_create_session(settings)
     except IvmError as exc:
         raise FailedToConnectError(str(exc)) from exc
     except Exception as exc:

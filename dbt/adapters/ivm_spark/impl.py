@@ -157,22 +157,26 @@ class IvmSparkAdapter(SparkAdapter):
         model_name: str,
     ) -> dict[str, Any]:
         """Create or refresh one stream table with the engine; the result's fields for Jinja."""
-        from dbt.adapters.ivm_postgres.stream_table_config import build_spec, result_fields
+        from dbt.adapters.ivm_postgres.stream_table_config import (
+            build_spec,
+            naming_the_model,
+            reporting_statements,
+            result_fields,
+        )
 
         from dbt_ivm.spark.runner import run_stream_table
 
-        spec = build_spec(relation, sql, config, full_refresh, model_name)
+        spec, statements = reporting_statements(
+            build_spec(relation, sql, config, full_refresh, model_name), logger.debug
+        )
         try:
             result = run_stream_table(self.spark_session(), spec)
         except IvmError as exc:
-            message = str(exc)
-            if model_name not in message:
-                message = f"stream table model {model_name}: {message}"
-            raise DbtRuntimeError(message) from exc
+            raise DbtRuntimeError(naming_the_model(model_name, str(exc))) from exc
         logger.debug(f"stream table {relation}: {result.summary()}")
         for warning in result.warnings:
-            logger.warning(f"stream table model {model_name}: {warning}")
-        return result_fields(result)
+            logger.warning(naming_the_model(model_name, warning))
+        return result_fields(result, statements)
 
     def ivm_check_differential(self, node: Any) -> None:
         """At compile time: refuse a differential model the engine cannot maintain (compile_check)."""

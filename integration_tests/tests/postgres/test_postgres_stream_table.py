@@ -254,6 +254,7 @@ class TestOnConfigurationChange:
 
         # continue: a warning, and the previous query is still what is maintained
         assert "continue_totals" in logs and "on_configuration_change='continue'" in logs
+        assert "model continue_totals: model continue_totals" not in logs  # named once
         assert by_model["continue_totals"].adapter_response["code"] != "REBUILD"
         assert differences(project, "continue_totals", self.query(project, filtered=False)) == 0
 
@@ -510,12 +511,17 @@ class TestRunsReadLikeDbtModels:
 
         project.run_sql(f'update "{project.test_schema}"."orders" set amount = 25 where id = 2')
         project.run_sql(f'insert into "{project.test_schema}"."orders" values (4, 3, 40)')
-        changed = only_result(run_dbt(["run", "--select", "customer_totals"])).adapter_response
+        results, debug_log = run_dbt_and_capture(["--debug", "run", "--select", "customer_totals"])
+        changed = only_result(results).adapter_response
         assert changed["code"] in ("DIFFERENTIAL", "FULL"), changed
         assert (changed["rows_inserted"], changed["rows_updated"], changed["rows_deleted"]) == (1, 1, 0)
         assert changed["rows_affected"] == 2 and changed["refresh_id"] is not None
         if changed["code"] == "DIFFERENTIAL":
             assert changed["changes_read"] == 3  # the update's old and new rows, the insert
+        # The SQL the engine ran: in target/run and in dbt's debug log.
+        ran = read_file(project.project_root, "target", "run", "test", "models", "customer_totals.sql")
+        assert "MERGE INTO" in ran and "refresh_history" in ran, ran[:2000]
+        assert "stream table model customer_totals, engine SQL:" in debug_log
 
         # --empty reads every ref as no rows: the stream table keeps its rows and is not rebuilt.
         kept = only_result(run_dbt(["run", "--select", "customer_totals", "--empty"]))

@@ -49,6 +49,8 @@ INCREMENTAL_MODEL = """
 select id, name from {{ ref('people') }}
 """
 HIDDEN_MODEL = "{{ config(materialized='table') }} select 1 as id, 7 as __ivm_weight"
+# A table over the seed that tests change by hand, as a source of stream tables.
+PEOPLE_SOURCE_MODEL = "{{ config(materialized='table') }} select id, name from {{ ref('people') }}"
 PARQUET_MODEL = "{{ config(materialized='table', file_format='parquet') }} select 1 as id"
 
 
@@ -227,7 +229,7 @@ class TestStreamTablesOutliveSchemaChanges:
     def models(self) -> dict[str, str]:
         config = "{{ config(materialized='stream_table') }} "
         return {
-            "people_source.sql": "{{ config(materialized='table') }} select id, name from {{ ref('people') }}",
+            "people_source.sql": PEOPLE_SOURCE_MODEL,
             "everyone.sql": config + "select * from {{ ref('people_source') }}",
             "ages.sql": config
             + "select id, datediff(date'2024-03-01', date'2024-01-01') + id as days from {{ ref('people_source') }}",
@@ -286,7 +288,7 @@ class TestRunsReadLikeDbtModels:
     def models(self) -> dict[str, str]:
         config = "{{ config(materialized='stream_table') }} "
         return {
-            "people_source.sql": "{{ config(materialized='table') }} select id, name from {{ ref('people') }}",
+            "people_source.sql": PEOPLE_SOURCE_MODEL,
             "named.sql": config + "select id, upper(name) as name from {{ ref('people_source') }}",
             "later.sql": config + "select id, name from {{ ref('people_source') }} where id > 1",
             "schema.yml": "version: 2\nmodels:\n  - name: later\n    config:\n      contract: {enforced: true}\n"
@@ -316,6 +318,8 @@ class TestRunsReadLikeDbtModels:
         assert (changed["rows_inserted"], changed["rows_deleted"], changed["changes_read"]) == (1, 1, 2), (
             changed
         )
+        ran = read_file(project.project_root, "target", "run", "test", "models", "named.sql")
+        assert "MERGE INTO" in ran and "VERSION AS OF" in ran, ran[:2000]
 
         # --empty: the stream table keeps its rows; a new one is an empty table until the next run.
         kept = run_dbt(["run", "--select", "named", "later", "--empty"]).results

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -10,19 +10,25 @@ Params = Sequence[Any] | Mapping[str, Any] | None
 
 
 class Db:
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: Any, on_statement: Callable[[str], None] | None = None) -> None:
         self.connection = connection
         self.statements: list[str] = []  # every statement run, for debugging and tests
+        self.on_statement = on_statement
+
+    def _sent(self, sql: str) -> None:
+        self.statements.append(sql)
+        if self.on_statement is not None:
+            self.on_statement(sql)
 
     def execute(self, sql: str, params: Params = None) -> int:
         with self.connection.cursor() as cursor:
-            self.statements.append(sql)
+            self._sent(sql)
             cursor.execute(sql, params)
             return int(cursor.rowcount)
 
     def rows(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
         with self.connection.cursor() as cursor:
-            self.statements.append(sql)
+            self._sent(sql)
             cursor.execute(sql, params)
             return list(cursor.fetchall())
 

@@ -228,7 +228,7 @@ def _refresh_lock(db: Db, spec: StreamTableSpec) -> Iterator[None]:
 
 def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult:
     """Create the stream table or bring it up to date; returns what was done."""
-    db = Db(connection)
+    db = Db(connection, spec.on_statement)
     registry.bootstrap(db, spec.catalog_schema)
     # Registrations whose table was dropped by hand (or whose model is gone with it) pin buffers.
     registrations.forget_missing(db, spec.catalog_schema, bootstrapped=True)

@@ -55,7 +55,15 @@ from dbt_ivm.plan.nodes import Plan, scans_in, whole_input_reason
 from dbt_ivm.plan.reads import columns_read
 from dbt_ivm.reserved import renamed_select, source_relation, table_of
 from dbt_ivm.spark import apply as spark_apply
-from dbt_ivm.spark import auto_cost, failures, key_check, registry, session_conf, source_changes
+from dbt_ivm.spark import (
+    auto_cost,
+    failures,
+    key_check,
+    registry,
+    session_conf,
+    source_changes,
+    statement_log,
+)
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable, incomparable
 from dbt_ivm.spark.commit import Stamp, commit_with, current_stamp, stamp_without_data
@@ -165,6 +173,7 @@ def refuse_immediate(spec: StreamTableSpec) -> None:
 def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
     """Create the stream table or bring it up to date; returns what was done."""
     refuse_immediate(spec)
+    spark = statement_log.reporting(spark, spec.on_statement)
     registry.bootstrap(spark, spec.catalog_schema)
     views = TempViews(spark)
     try:
