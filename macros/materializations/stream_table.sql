@@ -68,6 +68,7 @@
       'user_triggers': config.get('user_triggers', 'auto'),
       'notify_channel': config.get('notify_channel', none),
       'tblproperties': config.get('tblproperties', none),
+      'target_lag': config.get('target_lag', none),
       'invocation_id': invocation_id,
   }) }}
 {% endmacro %}

@@ -7,6 +7,7 @@ dbt-ivm pg stop  [--dir .ivm/pg]
 dbt-ivm list [--dsn DSN] [--catalog-schema dbt_ivm] [--json]   # stream tables, pending changes
 dbt-ivm drop SCHEMA.TABLE [--dsn DSN] [--catalog-schema dbt_ivm] [--keep-table]
 dbt-ivm gc   [--dsn DSN] [--catalog-schema dbt_ivm]   # unregister stream tables whose table is gone
+dbt-ivm refresh [SCHEMA.TABLE ...] [--watch SECONDS] [--json]   # without dbt, in dependency order
 
 The connection: --dsn, else $DBT_IVM_PG_DSN, else libpq's defaults (PGHOST, PGPORT, PGUSER, ...).
 """
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -238,9 +240,7 @@ def _list(args: argparse.Namespace) -> int:
             )
             for r in found
         ]
-        widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
-        for line in [header, *lines]:
-            print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+        _print_table(header, lines)
         missing = [r.stream_table for r in found if not r.exists]
         if missing:
             print(
@@ -286,6 +286,79 @@ def _gc(args: argparse.Namespace) -> int:
     return _with_db(args, work)
 
 
+def _refresh_lines(outcomes: list[Any]) -> list[tuple[str, ...]]:
+    """One line per stream table: what was done, the rows, why."""
+    lines: list[tuple[str, ...]] = []
+    for outcome in outcomes:
+        if outcome.error is not None:
+            lines.append((outcome.stream_table, "FAILED", "", outcome.error.splitlines()[0]))
+        elif outcome.result is None:
+            lines.append((outcome.stream_table, "not due", "", "its target_lag has not passed"))
+        else:
+            r = outcome.result
+            shown = "NO-OP" if r.action == "SKIP" else r.action
+            counts = f"+{r.rows_inserted} ~{r.rows_updated} -{r.rows_deleted} in {r.seconds:.3f}s"
+            lines.append((outcome.stream_table, shown, counts, r.reason or ""))
+    return lines
+
+
+def _refresh(args: argparse.Namespace) -> int:
+    from dbt_ivm.errors import IvmError
+    from dbt_ivm.postgres import scheduled
+
+    def once(db: Db) -> int:
+        try:
+            outcomes = scheduled.refresh_due(db.connection, args.catalog_schema, args.stream_tables)
+        except IvmError as error:
+            print(f"dbt-ivm: {error}", file=sys.stderr, flush=True)
+            return 1
+        if args.json:
+            print(
+                json.dumps(
+                    [
+                        {
+                            "stream_table": o.stream_table,
+                            "action": None if o.result is None else o.result.action,
+                            "rows_inserted": None if o.result is None else o.result.rows_inserted,
+                            "rows_updated": None if o.result is None else o.result.rows_updated,
+                            "rows_deleted": None if o.result is None else o.result.rows_deleted,
+                            "seconds": None if o.result is None else o.result.seconds,
+                            "reason": None if o.result is None else o.result.reason,
+                            "error": o.error,
+                        }
+                        for o in outcomes
+                    ]
+                ),
+                flush=True,
+            )
+        else:
+            _print_table(("STREAM TABLE", "DID", "ROWS", "REASON"), _refresh_lines(outcomes))
+        return 1 if any(o.error for o in outcomes) else 0
+
+    if args.watch is None:
+        return _with_db(args, once)
+
+    def watch(db: Db) -> int:
+        while True:  # until interrupted; a failing stream table is reported and tried again
+            once(db)
+            time.sleep(args.watch)
+
+    try:
+        return _with_db(args, watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _print_table(header: tuple[str, ...], lines: Sequence[tuple[str, ...]]) -> None:
+    """Rows as aligned columns under `header`."""
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
+    for line in [header, *lines]:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip(),
+            flush=True,
+        )
+
+
 def _add_registration_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def connection_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser.add_argument(
@@ -318,6 +391,28 @@ def _add_registration_commands(commands: argparse._SubParsersAction[argparse.Arg
     connection_options(
         commands.add_parser("gc", help="unregister stream tables whose table no longer exists")
     ).set_defaults(handler=_gc)
+
+    refresh = connection_options(
+        commands.add_parser(
+            "refresh",
+            help="refresh stream tables without dbt, from what dbt run stored, in dependency order",
+        )
+    )
+    refresh.add_argument(
+        "stream_tables",
+        nargs="*",
+        metavar="STREAM_TABLE",
+        help="schema.table; default: every stream table whose target_lag has passed (all without one)",
+    )
+    refresh.add_argument(
+        "--watch",
+        type=float,
+        metavar="SECONDS",
+        default=None,
+        help="refresh again every SECONDS until stopped",
+    )
+    refresh.add_argument("--json", action="store_true", help="print one JSON list per pass")
+    refresh.set_defaults(handler=_refresh)
 
 
 def build_parser() -> argparse.ArgumentParser:

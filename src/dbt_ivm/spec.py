@@ -35,6 +35,8 @@ class StreamTableSpec:
     # Spark: the stream table's Iceberg table properties (dbt-spark's `tblproperties` config), e.g.
     # write.merge.mode=merge-on-read; set at create and whenever they differ from the table's.
     table_properties: dict[str, str] = field(default_factory=dict)
+    # `dbt-ivm refresh` refreshes the stream table once its data is older than this (None: every time).
+    target_lag_seconds: float | None = None
     # Called with each SQL statement the engine sends, before it runs (dbt's debug log and target/run).
     on_statement: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 

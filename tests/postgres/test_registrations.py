@@ -278,8 +278,9 @@ def test_cli_reports_a_connection_failure(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_a_catalog_from_an_earlier_version_gains_the_invocation_column(shop: Any) -> None:
-    """History written before invocation_id existed: the next run adds the column and fills it."""
+    """A catalog from before invocation_id and run_settings: the next run adds both, and fills them."""
     execute(shop, f"ALTER TABLE {CATALOG}.refresh_history DROP COLUMN invocation_id")
+    execute(shop, f"ALTER TABLE {CATALOG}.stream_tables DROP COLUMN run_settings")
     execute(shop, "INSERT INTO orders VALUES (21, 'c1', 5, DATE '2024-02-01')")
     refresh(
         shop,

@@ -6,6 +6,7 @@ Kept free of any connection so a future adapter (Spark) can share the same valid
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, cast, get_args
@@ -46,6 +47,29 @@ def _threshold(model: str, value: Any) -> float:
     return number
 
 
+LAG_UNITS = {"s": 1, "second": 1, "m": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+
+
+def target_lag_seconds(model: str, value: Any) -> float | None:
+    """The `target_lag` config in seconds: a number of seconds, or '30 seconds', '5 minutes', '2h'…
+
+    >>> target_lag_seconds("m", "5 minutes"), target_lag_seconds("m", 90), target_lag_seconds("m", "2h")
+    (300.0, 90.0, 7200.0)
+    """
+    if value is None:
+        return None
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", str(value).strip().lower())
+    unit = found.group(2) if found else "?"
+    unit = unit[:-1] if len(unit) > 1 and unit.endswith("s") else unit  # "minutes" -> "minute"
+    seconds = float(found.group(1)) * LAG_UNITS[unit or "s"] if found and (unit or "s") in LAG_UNITS else -1.0
+    if seconds <= 0:
+        raise DbtRuntimeError(
+            f"model {model}: config target_lag={value!r} is not a duration: use seconds (300) or "
+            "'<number> seconds|minutes|hours|days' ('5 minutes')"
+        )
+    return seconds
+
+
 def build_spec(
     relation: BaseRelation, sql: str, config: dict[str, Any], full_refresh: bool, model_name: str
 ) -> StreamTableSpec:
@@ -83,6 +107,7 @@ def build_spec(
         initiated_by="dbt",
         invocation_id=str(config["invocation_id"]) if config.get("invocation_id") else None,
         table_properties=_table_properties(model_name, config.get("tblproperties")),
+        target_lag_seconds=target_lag_seconds(model_name, config.get("target_lag")),
     )
 
 

@@ -477,7 +477,10 @@ class TestRunsReadLikeDbtModels:
 
     @pytest.fixture(scope="class")
     def models(self) -> dict[str, str]:
-        keyed = "{{ config(materialized='stream_table', unique_key='customer_id', on_schema_change='fail') }}"
+        keyed = (
+            "{{ config(materialized='stream_table', unique_key='customer_id', on_schema_change='fail', "
+            "target_lag='5 minutes') }}"
+        )
         return {
             "customer_totals.sql": CUSTOMER_TOTALS_SQL,
             "keyed_totals.sql": CUSTOMER_TOTALS_SQL.replace(
@@ -540,6 +543,12 @@ class TestRunsReadLikeDbtModels:
         assert differences(project, "keyed_totals", customer_totals_query(project)) == 0
         for config in ("unique_key", "on_schema_change"):
             assert f"stream table model keyed_totals: config {config} does not apply" in logs, logs
+        # What `dbt-ivm refresh` needs of the config is kept with the registration.
+        kept = project.run_sql(
+            f'select run_settings from "{CATALOG}"."stream_tables" where stream_table = \'{{schema}}.keyed_totals\'',
+            fetch="one",
+        )[0]
+        assert kept["target_lag_seconds"] == 300 and kept["user_triggers"] == "auto", kept
 
     def test_contract_types_are_checked(self, project: Any) -> None:
         run_dbt(["seed"])

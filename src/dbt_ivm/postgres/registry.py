@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
 # The column added last, and its table: a catalog that has it needs no upgrade.
-NEWEST_TABLE, NEWEST_COLUMN = "refresh_history", "invocation_id"
+NEWEST_TABLE, NEWEST_COLUMN = "stream_tables", "run_settings"
 
 
 def bootstrap(db: Db, catalog: str) -> None:
@@ -80,8 +81,10 @@ def bootstrap(db: Db, catalog: str) -> None:
         )
         for table in ("immediate_state", "immediate_turns"):
             db.execute(f"REVOKE ALL ON {s}.{q(table)} FROM PUBLIC")
-        # The dbt invocation behind each history row (added last: NEWEST_COLUMN).
-        db.execute(f"ALTER TABLE {s}.{q(NEWEST_TABLE)} ADD COLUMN IF NOT EXISTS {q(NEWEST_COLUMN)} text")
+        # The dbt invocation behind each history row.
+        db.execute(f"ALTER TABLE {s}.{q('refresh_history')} ADD COLUMN IF NOT EXISTS invocation_id text")
+        # The model's settings a refresh without dbt needs (`dbt-ivm refresh`); added last: NEWEST_COLUMN.
+        db.execute(f"ALTER TABLE {s}.{q(NEWEST_TABLE)} ADD COLUMN IF NOT EXISTS {q(NEWEST_COLUMN)} jsonb")
 
 
 @dataclass
@@ -119,6 +122,15 @@ def save(db: Db, catalog: str, values: dict[str, Any]) -> None:
         f"ON CONFLICT (stream_table) DO UPDATE SET {updates}, frontier = EXCLUDED.frontier, "
         f"refreshed_at = EXCLUDED.refreshed_at, needs_full = NULL",
         list(values.values()),
+    )
+
+
+def keep_run_settings(db: Db, catalog: str, stream_table: str, settings: dict[str, Any]) -> None:
+    """Store the model's run settings with its registration (a write only when they changed)."""
+    db.execute(
+        f"UPDATE {qn(catalog, 'stream_tables')} SET run_settings = %s::jsonb "
+        "WHERE stream_table = %s AND run_settings IS DISTINCT FROM %s::jsonb",
+        (json.dumps(settings, sort_keys=True), stream_table, json.dumps(settings, sort_keys=True)),
     )
 
 

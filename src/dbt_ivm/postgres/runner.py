@@ -44,6 +44,7 @@ from dbt_ivm.postgres import (
     immediate_sql,
     registrations,
     registry,
+    scheduled,
     user_triggers,
 )
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
@@ -232,7 +233,10 @@ def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult
     registry.bootstrap(db, spec.catalog_schema)
     # Registrations whose table was dropped by hand (or whose model is gone with it) pin buffers.
     registrations.forget_missing(db, spec.catalog_schema, bootstrapped=True)
-    return lifecycle.run(PostgresBackend(db, spec))
+    result = lifecycle.run(PostgresBackend(db, spec))
+    # What `dbt-ivm refresh` needs of the model's config to refresh it as `dbt run` would.
+    registry.keep_run_settings(db, spec.catalog_schema, _key(spec), scheduled.run_settings(spec))
+    return result
 
 
 class PostgresBackend:

@@ -1,0 +1,115 @@
+"""`dbt-ivm refresh`: stream tables refreshed without dbt, from what the last run stored, in
+dependency order; target_lag decides which are due; --watch keeps going; the model's run settings
+(notify_channel here) hold as they do under dbt."""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from dbt_ivm import cli
+from tests.oracle import assert_matches_query
+from tests.postgres.streams import CATALOG, connect, execute, refresh, rows
+
+pytestmark = pytest.mark.postgres
+
+TOTALS = "SELECT customer, SUM(amount) AS total, COUNT(*) AS order_count FROM orders GROUP BY customer"
+# A stream table over the one above: refreshed after it in the same pass.
+BIG_SPENDERS = "SELECT customer, total FROM customer_totals WHERE total > 100"
+RECENT = "SELECT id, amount FROM orders WHERE id > 15"
+
+
+@pytest.fixture
+def shop(pg_conn: Any) -> Any:
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
+        "INSERT INTO orders SELECT i, 'c' || (i % 4), i FROM generate_series(1, 20) i;",
+    )
+    refresh(pg_conn, "customer_totals", TOTALS, refresh_mode="differential", notify_channel="totals_changed")
+    refresh(pg_conn, "big_spenders", BIG_SPENDERS, refresh_mode="differential")
+    refresh(pg_conn, "recent_orders", RECENT, refresh_mode="differential", target_lag_seconds=3600)
+    return pg_conn
+
+
+def check_all(conn: Any) -> None:
+    for name, sql in (("customer_totals", TOTALS), ("big_spenders", BIG_SPENDERS), ("recent_orders", RECENT)):
+        assert_matches_query(conn, "public", name, sql, "after dbt-ivm refresh")
+
+
+def test_refresh_in_dependency_order_with_the_models_settings(
+    shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    listener = connect(pg_dsn)
+    execute(listener, "LISTEN totals_changed")
+    execute(shop, "INSERT INTO orders VALUES (21, 'c1', 500); UPDATE orders SET amount = 1 WHERE id = 16")
+    assert cli.main(["refresh", "--dsn", pg_dsn, "--json"]) == 0
+    done = {o["stream_table"]: o for o in json.loads(capsys.readouterr().out)}
+    # big_spenders reads customer_totals: listed (and refreshed) after it, and sees its new rows.
+    assert list(done) == ["public.customer_totals", "public.big_spenders", "public.recent_orders"]
+    assert done["public.customer_totals"]["action"] == "DIFFERENTIAL"
+    assert done["public.big_spenders"]["action"] == "DIFFERENTIAL"
+    assert done["public.big_spenders"]["rows_inserted"] + done["public.big_spenders"]["rows_updated"] >= 1
+    assert done["public.recent_orders"]["action"] is None  # refreshed at creation, its lag is an hour
+    assert_matches_query(shop, "public", "customer_totals", TOTALS)
+    assert_matches_query(shop, "public", "big_spenders", BIG_SPENDERS)
+    # The model's notify_channel, kept by its last run, holds for a refresh without dbt.
+    select.select([listener], [], [], 5)
+    listener.poll()
+    assert [n.channel for n in listener.notifies] == ["totals_changed"]
+    listener.close()
+
+    # Named, a stream table is refreshed whatever its lag; the table shows what each did.
+    assert cli.main(["refresh", "--dsn", pg_dsn, "public.recent_orders"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["STREAM", "TABLE", "DID", "ROWS", "REASON"]
+    assert "public.recent_orders" in out and "DIFFERENTIAL" in out
+    check_all(shop)
+    history = rows(
+        shop,
+        f"SELECT initiated_by FROM {CATALOG}.refresh_history WHERE stream_table = 'public.recent_orders' "
+        "ORDER BY refresh_id DESC LIMIT 1",
+    )
+    assert history == [("dbt-ivm refresh",)]
+    # Nothing changed since: NO-OP.
+    assert cli.main(["refresh", "--dsn", pg_dsn, "public.customer_totals"]) == 0
+    assert "NO-OP" in capsys.readouterr().out
+
+
+def test_an_unknown_name_is_refused_by_name(
+    shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["refresh", "--dsn", pg_dsn, "public.nope"]) == 1
+    assert "public.nope" in capsys.readouterr().err
+
+
+def test_watch_keeps_refreshing_until_stopped(shop: Any, pg_dsn: str) -> None:
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "dbt_ivm.cli", "refresh", "--dsn", pg_dsn, "--watch", "0.2", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watcher.stdout is not None
+        json.loads(watcher.stdout.readline())  # the first pass
+        execute(shop, "INSERT INTO orders VALUES (22, 'c9', 7)")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = rows(shop, "SELECT total FROM customer_totals WHERE customer = 'c9'")
+            if found:
+                break
+            time.sleep(0.2)
+        assert found, "the watcher did not pick up the insert"
+        assert_matches_query(shop, "public", "customer_totals", TOTALS)
+        # recent_orders' target_lag (an hour) has not passed: the watcher leaves it behind.
+        assert rows(shop, "SELECT id FROM recent_orders WHERE id = 22") == []
+    finally:
+        watcher.terminate()
+        watcher.wait(10)
