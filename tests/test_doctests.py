@@ -18,6 +18,7 @@ ENGINE_MODULES = [
         # pure, unlike the rest of the Spark runtime
         or m.name in ("dbt_ivm.spark.touched_files", "dbt_ivm.spark.carried_columns")
     ),
+    "dbt_ivm.cli",
     "dbt.adapters.ivm_postgres.stream_table_config",  # the adapters' shared config and messages
 ]
 

@@ -4,7 +4,8 @@ inspect and clean up the stream tables registered on a PostgreSQL database.
 dbt-ivm pg start [--dir .ivm/pg] [--pg-bin DIR] [--profiles-dir DIR] [--profile NAME]
 dbt-ivm pg env   [--dir .ivm/pg]     # shell exports: PGHOST, PGPORT, ..., DBT_IVM_PG_DSN
 dbt-ivm pg stop  [--dir .ivm/pg]
-dbt-ivm list [--dsn DSN] [--catalog-schema dbt_ivm] [--json]   # stream tables, pending changes
+dbt-ivm status [--dsn DSN] [--catalog-schema dbt_ivm] [--json]   # stream tables at a glance (alias: list)
+dbt-ivm history [SCHEMA.TABLE] [--limit 20] [--json]   # the newest refreshes
 dbt-ivm drop SCHEMA.TABLE [--dsn DSN] [--catalog-schema dbt_ivm] [--keep-table]
 dbt-ivm gc   [--dsn DSN] [--catalog-schema dbt_ivm]   # unregister stream tables whose table is gone
 dbt-ivm refresh [SCHEMA.TABLE ...] [--watch SECONDS] [--json]   # without dbt, in dependency order
@@ -220,6 +221,10 @@ def _list(args: argparse.Namespace) -> int:
                     "pending": r.pending,
                     "pending_total": r.pending_total,
                     "refreshed_at": r.refreshed_at.isoformat() if r.refreshed_at else None,
+                    "staleness_seconds": r.staleness_seconds,
+                    "target_lag_seconds": r.target_lag_seconds,
+                    "last_action": r.last_action,
+                    "last_status": r.last_status,
                 }
                 for r in found
             ]
@@ -228,7 +233,16 @@ def _list(args: argparse.Namespace) -> int:
         if not found:
             print(f"no stream tables are registered in catalog schema {args.catalog_schema!r}")
             return 0
-        header = ("STREAM TABLE", "EXISTS", "MODE", "SOURCES", "PENDING CHANGES", "LAST REFRESH")
+        header = (
+            "STREAM TABLE",
+            "EXISTS",
+            "MODE",
+            "SOURCES",
+            "PENDING CHANGES",
+            "LAST REFRESH",
+            "STALE FOR",
+            "LAG",
+        )
         lines = [
             (
                 r.stream_table,
@@ -236,7 +250,9 @@ def _list(args: argparse.Namespace) -> int:
                 r.refresh_mode,
                 ", ".join(r.sources) or "-",
                 _pending_text(r.pending),
-                r.refreshed_at.isoformat(sep=" ", timespec="seconds") if r.refreshed_at else "never",
+                f"{r.last_action} {r.last_status}" if r.last_action else "never",
+                _duration(r.staleness_seconds),
+                _duration(r.target_lag_seconds),
             )
             for r in found
         ]
@@ -247,6 +263,67 @@ def _list(args: argparse.Namespace) -> int:
                 f"\n{len(missing)} stream table(s) without a table keep their sources' change buffers from "
                 "being cleaned up; run: dbt-ivm gc"
             )
+        return 0
+
+    return _with_db(args, work)
+
+
+def _duration(seconds: float | None) -> str:
+    """`42s`, `5m`, `1h30m`, `2d3h`; `-` for none.
+
+    >>> [_duration(s) for s in (None, 42.4, 300, 5400, 183600)]
+    ['-', '42s', '5m', '1h30m', '2d3h']
+    """
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    for unit, size, smaller, smaller_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if whole >= size:
+            rest = (whole % size) // smaller_size
+            return f"{whole // size}{unit}" + (f"{rest}{smaller}" if rest else "")
+    return f"{whole // 60}m" if whole >= 60 else f"{whole}s"
+
+
+def _history(args: argparse.Namespace) -> int:
+    from dbt_ivm.postgres import registrations
+
+    def work(db: Db) -> int:
+        found = registrations.history(db, args.catalog_schema, args.stream_table, args.limit)
+        if args.json:
+            print(
+                json.dumps(
+                    [{**vars(r), "finished_at": r.finished_at and r.finished_at.isoformat()} for r in found]
+                )
+            )
+            return 0
+        header = (
+            "REFRESH ID",
+            "STREAM TABLE",
+            "ACTION",
+            "STATUS",
+            "ROWS",
+            "CHANGES",
+            "SECONDS",
+            "FINISHED",
+            "BY",
+            "WHY",
+        )
+        lines = [
+            (
+                str(r.refresh_id),
+                r.stream_table,
+                r.action,
+                r.status,
+                f"+{r.rows_inserted} ~{r.rows_updated} -{r.rows_deleted}",
+                str(r.changes_read),
+                "-" if r.duration_seconds is None else f"{r.duration_seconds:.3f}",
+                r.finished_at.isoformat(sep=" ", timespec="seconds") if r.finished_at else "-",
+                r.initiated_by or "-",
+                (r.reason or "").splitlines()[0] if r.reason else "",
+            )
+            for r in found
+        ]
+        _print_table(header, lines)
         return 0
 
     return _with_db(args, work)
@@ -374,7 +451,11 @@ def _add_registration_commands(commands: argparse._SubParsersAction[argparse.Arg
         return parser
 
     listing = connection_options(
-        commands.add_parser("list", help="registered stream tables and the changes waiting for them")
+        commands.add_parser(
+            "status",
+            aliases=["list"],
+            help="each stream table: mode, sources, pending changes, last refresh and outcome, staleness, lag",
+        )
     )
     listing.add_argument("--json", action="store_true", help="print a JSON list")
     listing.set_defaults(handler=_list)
@@ -391,6 +472,12 @@ def _add_registration_commands(commands: argparse._SubParsersAction[argparse.Arg
     connection_options(
         commands.add_parser("gc", help="unregister stream tables whose table no longer exists")
     ).set_defaults(handler=_gc)
+
+    history = connection_options(commands.add_parser("history", help="the newest refreshes, newest first"))
+    history.add_argument("stream_table", nargs="?", metavar="STREAM_TABLE", help="schema.table; default: all")
+    history.add_argument("--limit", type=int, default=20, help="how many rows (default 20)")
+    history.add_argument("--json", action="store_true", help="print a JSON list")
+    history.set_defaults(handler=_history)
 
     refresh = connection_options(
         commands.add_parser(

@@ -206,6 +206,9 @@ def test_cli_list(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) ->
         "CHANGES",
         "LAST",
         "REFRESH",
+        "STALE",
+        "FOR",
+        "LAG",
     ]
     lines = {line.split()[0]: line.split() for line in out[1:]}
     assert lines["public.big_orders"][1:5] == ["yes", "differential", "public.orders", "2"]
@@ -218,6 +221,27 @@ def test_cli_list(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) ->
     assert [r["stream_table"] for r in listed] == ["public.big_orders", "public.customer_totals"]
     assert listed[0]["pending"] == {"public.orders": 2}
     assert listed[0]["exists"] is True and listed[0]["sources"] == ["public.orders"]
+    assert (listed[1]["last_action"], listed[1]["last_status"]) == ("DIFFERENTIAL", "OK")
+    assert 0 <= listed[1]["staleness_seconds"] < 600 and listed[1]["target_lag_seconds"] is None
+    # `status` is the same command.
+    assert cli.main(["status", "--dsn", pg_dsn]) == 0
+    status = capsys.readouterr().out.splitlines()
+    assert [line.split()[:7] for line in status] == [line.split()[:7] for line in out]
+    assert "DIFFERENTIAL OK" in status[2]
+
+
+def test_cli_history(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    execute(shop, "INSERT INTO orders VALUES (100, 'c1', 50, NULL)")
+    refresh(shop, "customer_totals", STREAMS["customer_totals"], refresh_mode="differential")
+    assert cli.main(["history", "--dsn", pg_dsn, "public.customer_totals", "--limit", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:4] == ["REFRESH", "ID", "STREAM", "TABLE"]
+    assert [line.split()[2] for line in out[1:]] == ["DIFFERENTIAL", "CREATE"]  # newest first
+    assert out[1].split()[4:6] == ["+0", "~1"]
+    assert cli.main(["history", "--dsn", pg_dsn, "--json", "--limit", "1"]) == 0
+    newest = json.loads(capsys.readouterr().out)
+    assert len(newest) == 1 and newest[0]["stream_table"] == "public.customer_totals"
+    assert newest[0]["changes_read"] == 1 and newest[0]["status"] == "OK"
 
 
 def test_cli_list_flags_missing_tables_and_takes_the_dsn_from_the_environment(

@@ -38,6 +38,10 @@ class Registration:
     # Buffer rows its frontier does not cover yet, per source (None: unknown — no frontier or no buffer).
     pending: dict[str, int | None] = field(default_factory=dict)
     refreshed_at: datetime | None = None
+    staleness_seconds: float | None = None  # since the frontier it reflects was taken
+    target_lag_seconds: float | None = None  # the model's target_lag (dbt-ivm refresh)
+    last_action: str | None = None  # the newest history row's action and status
+    last_status: str | None = None
 
     @property
     def pending_total(self) -> int | None:
@@ -136,14 +140,34 @@ def list_registrations(db: Db, catalog: str) -> list[Registration]:
             for source, buffer in db.rows(f"SELECT source, buffer_table FROM {qn(catalog, 'change_buffers')}")
         }
         registered = db.rows(
-            "SELECT stream_table, schema_name, table_name, refresh_mode, sources, frontier::text, refreshed_at "
-            f"FROM {qn(catalog, 'stream_tables')} ORDER BY stream_table"
+            "SELECT s.stream_table, s.schema_name, s.table_name, s.refresh_mode, s.sources, s.frontier::text, "
+            "s.refreshed_at, extract(epoch FROM now() - s.refreshed_at)::float8, "
+            "(s.run_settings ->> 'target_lag_seconds')::float8, h.action, h.status "
+            f"FROM {qn(catalog, 'stream_tables')} AS s LEFT JOIN LATERAL (SELECT action, status "
+            f"FROM {qn(catalog, 'refresh_history')} WHERE stream_table = s.stream_table "
+            "ORDER BY refresh_id DESC LIMIT 1) AS h ON true ORDER BY s.stream_table"
         )
-        for key, schema, table, mode, sources, frontier, refreshed_at in registered:
+        for (
+            key,
+            schema,
+            table,
+            mode,
+            sources,
+            frontier,
+            refreshed_at,
+            stale,
+            lag,
+            action,
+            status,
+        ) in registered:
             exists = bool(db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(schema, table),)))
             names = [str(s) for s in sources or []]
             pending = {s: _pending(db, catalog, buffers.get(s), frontier) for s in names}
-            found.append(Registration(str(key), exists, str(mode), names, pending, refreshed_at))
+            found.append(
+                Registration(
+                    str(key), exists, str(mode), names, pending, refreshed_at, stale, lag, action, status
+                )
+            )
     return found
 
 
@@ -187,3 +211,33 @@ def drop_registration(db: Db, catalog: str, stream_table: str, drop_table: bool)
         return False
     remove_unused(db, catalog)
     return True
+
+
+@dataclass
+class HistoryRow:
+    refresh_id: int
+    stream_table: str
+    action: str
+    status: str
+    rows_inserted: int
+    rows_updated: int
+    rows_deleted: int
+    changes_read: int
+    duration_seconds: float | None
+    finished_at: datetime | None
+    initiated_by: str | None
+    reason: str | None  # why (FULL, a rebuild), or the error of a failed run
+
+
+def history(db: Db, catalog: str, stream_table: str | None, limit: int) -> list[HistoryRow]:
+    """The newest `limit` refreshes (of `stream_table` only, when given), newest first."""
+    if not catalog_exists(db, catalog):
+        return []
+    where = "WHERE stream_table = %s" if stream_table else ""
+    rows = db.rows(
+        "SELECT refresh_id, stream_table, action, status, rows_inserted, rows_updated, rows_deleted, "
+        "changes_read, duration_seconds, finished_at, initiated_by, COALESCE(error_text, reason) "
+        f"FROM {qn(catalog, 'refresh_history')} {where} ORDER BY refresh_id DESC LIMIT %s",
+        (stream_table, limit) if stream_table else (limit,),
+    )
+    return [HistoryRow(*row) for row in rows]
