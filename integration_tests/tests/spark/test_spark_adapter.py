@@ -215,19 +215,26 @@ class TestImmediateIsRefusedAtCompile:
         assert "right_now" in str(refused.value) and "refresh_mode='immediate'" in str(refused.value)
 
 
-class TestStreamTablesOutliveSchemaChanges:
+STREAM_TABLE = "{{ config(materialized='stream_table') }} "
+
+
+class OverPeopleSource:
+    """A project over the `people` seed, with a table model over it that tests change by hand."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"people.csv": SEED}
+
+
+class TestStreamTablesOutliveSchemaChanges(OverPeopleSource):
     """Through dbt, as a user meets them: `select *` over a source that gains a column, a column of the
     stream table renamed by hand, a date function — each run succeeds (rebuilding, with the reason,
     when the table cannot be kept), and the table equals its query; a job failing in the JVM is
     reported with Spark's own message; dbt-spark's `tblproperties` config reaches the table."""
 
     @pytest.fixture(scope="class")
-    def seeds(self) -> dict[str, str]:
-        return {"people.csv": SEED}
-
-    @pytest.fixture(scope="class")
     def models(self) -> dict[str, str]:
-        config = "{{ config(materialized='stream_table') }} "
+        config = STREAM_TABLE
         return {
             "people_source.sql": PEOPLE_SOURCE_MODEL,
             "everyone.sql": config + "select * from {{ ref('people_source') }}",
@@ -275,18 +282,14 @@ class TestStreamTablesOutliveSchemaChanges:
         run_dbt(["run", "--select", "everyone"])
 
 
-class TestRunsReadLikeDbtModels:
+class TestRunsReadLikeDbtModels(OverPeopleSource):
     """On Spark as on PostgreSQL: adapter_response fields, NO-OP, dbt's invocation_id in the history,
     --empty keeping a stream table's rows (and building an empty table for a new one), a contract's
     types checked."""
 
     @pytest.fixture(scope="class")
-    def seeds(self) -> dict[str, str]:
-        return {"people.csv": SEED}
-
-    @pytest.fixture(scope="class")
     def models(self) -> dict[str, str]:
-        config = "{{ config(materialized='stream_table') }} "
+        config = STREAM_TABLE
         return {
             "people_source.sql": PEOPLE_SOURCE_MODEL,
             "named.sql": config + "select id, upper(name) as name from {{ ref('people_source') }}",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,12 +124,13 @@ def save(db: Db, catalog: str, values: dict[str, Any]) -> None:
     )
 
 
-def keep_run_settings(db: Db, catalog: str, stream_table: str, settings: dict[str, Any]) -> None:
-    """Store the model's run settings with its registration (a write only when they changed)."""
+def keep_run_settings(db: Db, catalog: str, stream_table: str, settings: str) -> None:
+    """Store the model's run settings (JSON, dbt_ivm.run_settings) with its registration; a write only
+    when they changed."""
     db.execute(
         f"UPDATE {qn(catalog, 'stream_tables')} SET run_settings = %s::jsonb "
         "WHERE stream_table = %s AND run_settings IS DISTINCT FROM %s::jsonb",
-        (json.dumps(settings, sort_keys=True), stream_table, json.dumps(settings, sort_keys=True)),
+        (settings, stream_table, settings),
     )
 
 

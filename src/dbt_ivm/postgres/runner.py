@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dbt_ivm import cost, lifecycle
+from dbt_ivm import cost, lifecycle, run_settings
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.delta import stream
@@ -44,7 +44,6 @@ from dbt_ivm.postgres import (
     immediate_sql,
     registrations,
     registry,
-    scheduled,
     user_triggers,
 )
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
@@ -234,8 +233,10 @@ def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult
     # Registrations whose table was dropped by hand (or whose model is gone with it) pin buffers.
     registrations.forget_missing(db, spec.catalog_schema, bootstrapped=True)
     result = lifecycle.run(PostgresBackend(db, spec))
-    # What `dbt-ivm refresh` needs of the model's config to refresh it as `dbt run` would.
-    registry.keep_run_settings(db, spec.catalog_schema, _key(spec), scheduled.run_settings(spec))
+    if spec.initiated_by == run_settings.KEEPER:  # what a refresh without dbt needs of the config
+        registry.keep_run_settings(
+            db, spec.catalog_schema, _key(spec), run_settings.encoded(run_settings.of(spec))
+        )
     return result
 
 

@@ -13,26 +13,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast, get_args
 
+from dbt_ivm import run_settings
 from dbt_ivm.errors import IvmError
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.spec import RefreshMode, RefreshResult, StreamTableSpec, UserTriggers
+from dbt_ivm.spec import RefreshMode, RefreshResult, StreamTableSpec
 from dbt_ivm.sqltext import qn
 
 INITIATED_BY = "dbt-ivm refresh"
-
-
-def run_settings(spec: StreamTableSpec) -> dict[str, Any]:
-    """What a refresh needs of the model's config besides its query and mode (kept by `dbt run`).
-
-    >>> run_settings(StreamTableSpec(model="m", schema="s", name="m", sql="select 1", notify_channel="c"))
-    {'full_refresh_threshold': 0.5, 'notify_channel': 'c', 'target_lag_seconds': None, 'user_triggers': 'auto'}
-    """
-    return {
-        "full_refresh_threshold": spec.full_refresh_threshold,
-        "notify_channel": spec.notify_channel,
-        "target_lag_seconds": spec.target_lag_seconds,
-        "user_triggers": spec.user_triggers,
-    }
 
 
 @dataclass(frozen=True)
@@ -97,7 +84,6 @@ def registered(db: Db, catalog: str, names: Iterable[str] = ()) -> list[Register
     for key, schema, table, query, mode, sources, refreshed_at, settings, exists in rows:
         if (wanted and key not in wanted) or not exists or mode == "immediate":
             continue
-        kept = settings or {}
         spec = StreamTableSpec(
             model=str(table),
             schema=str(schema),
@@ -105,12 +91,9 @@ def registered(db: Db, catalog: str, names: Iterable[str] = ()) -> list[Register
             sql=str(query),
             refresh_mode=cast(RefreshMode, mode if mode in get_args(RefreshMode) else "auto"),
             catalog_schema=catalog,
-            full_refresh_threshold=float(kept.get("full_refresh_threshold", 0.5)),
-            user_triggers=cast(UserTriggers, kept.get("user_triggers", "auto")),
-            notify_channel=kept.get("notify_channel"),
-            target_lag_seconds=kept.get("target_lag_seconds"),
             initiated_by=INITIATED_BY,
         )
+        spec = run_settings.applied(spec, settings)
         found.append(Registered(str(key), spec, tuple(str(s) for s in sources or ()), refreshed_at))
     return dependency_order(found)
 

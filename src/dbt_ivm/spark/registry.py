@@ -30,7 +30,7 @@ REGISTRY_PROPERTIES = (
 STREAM_TABLES_COLUMNS = (
     "stream_table string, schema_name string, table_name string, defining_query string, "
     "fingerprint string, refresh_mode string, layout_kind string, differential_ok boolean, "
-    "unsupported_reason string, sources array<string>, created_at timestamp"
+    "unsupported_reason string, sources array<string>, created_at timestamp, run_settings string"
 )
 
 HISTORY_COLUMNS = (
@@ -39,9 +39,9 @@ HISTORY_COLUMNS = (
     "error_text string, initiated_by string, started_at timestamp, finished_at timestamp, "
     "invocation_id string"
 )
-# Columns added to HISTORY_COLUMNS after tables were first created with it, and their types.
-HISTORY_ADDED = {"invocation_id": "string"}
-# History tables this process has seen with every column (a table never loses one).
+# Columns added after the tables were first created, per table, and their types.
+ADDED_COLUMNS = {"stream_tables": {"run_settings": "string"}, "refresh_history": {"invocation_id": "string"}}
+# Registry tables this process has seen with every column (a table never loses one).
 _UPGRADED: set[str] = set()
 
 T = TypeVar("T")
@@ -64,14 +64,15 @@ def bootstrap(spark: Any, catalog: str) -> None:
             f"CREATE TABLE IF NOT EXISTS {table(catalog, name)} ({columns}) USING iceberg "
             f"TBLPROPERTIES ({REGISTRY_PROPERTIES})"
         )
-    history = table(catalog, "refresh_history")
-    if history in _UPGRADED:
-        return
-    present = set(spark.table(history).columns)
-    missing = [f"{_bt(name)} {kind}" for name, kind in HISTORY_ADDED.items() if name not in present]
-    if missing:  # a history table an earlier version created
-        _retry(lambda: spark.sql(f"ALTER TABLE {history} ADD COLUMNS ({', '.join(missing)})"))
-    _UPGRADED.add(history)  # columns are only ever added: no need to look again in this process
+    for name, added in ADDED_COLUMNS.items():
+        relation = table(catalog, name)
+        if relation in _UPGRADED:
+            continue
+        present = set(spark.table(relation).columns)
+        missing = [f"{_bt(column)} {kind}" for column, kind in added.items() if column not in present]
+        if missing:  # a table an earlier version created
+            _retry(lambda: spark.sql(f"ALTER TABLE {relation} ADD COLUMNS ({', '.join(missing)})"))  # noqa: B023
+        _UPGRADED.add(relation)  # columns are only ever added: no need to look again in this process
 
 
 @dataclass
@@ -87,6 +88,7 @@ class Registration:
     unsupported_reason: str | None
     sources: list[str]
     created_at: datetime = field(default_factory=datetime.now)
+    run_settings: str | None = None  # the model's settings a refresh without dbt needs (run_settings)
 
 
 # One registry commit at a time per process: dbt's threads share one session, and the embedded Hive
@@ -145,6 +147,17 @@ def save(spark: Any, catalog: str, registration: Registration) -> None:
         )
     finally:
         spark.catalog.dropTempView(view)
+
+
+def keep_run_settings(spark: Any, catalog: str, stream_table: str, settings: str) -> None:
+    """Store the model's run settings (JSON, dbt_ivm.run_settings) with its registration."""
+    relation = table(catalog, "stream_tables")
+    _retry(
+        lambda: spark.sql(
+            f"UPDATE {relation} SET run_settings = '{_escape(settings)}' "
+            f"WHERE stream_table = '{_escape(stream_table)}'"
+        )
+    )
 
 
 def unregister(spark: Any, catalog: str, stream_table: str) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dbt_ivm import lifecycle
+from dbt_ivm import lifecycle, run_settings
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import qualified_name, views_digest
 from dbt_ivm.delta import stream
@@ -178,7 +178,10 @@ def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
     views = TempViews(spark)
     try:
         with session_conf.overridden(spark, session_conf.CONSTRAINT_PROPAGATION, "false"):
-            return lifecycle.run(SparkBackend(spark, spec, views))
+            backend = SparkBackend(spark, spec, views)
+            result = lifecycle.run(backend)
+        _keep_run_settings(spark, spec, backend._registration, result)
+        return result
     except IvmError:
         raise
     except Exception as error:
@@ -188,6 +191,21 @@ def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
         raise SparkFailed(spec.model, message) from error
     finally:
         views.drop()
+
+
+def _keep_run_settings(
+    spark: Any, spec: StreamTableSpec, known: registry.Registration | None, result: RefreshResult
+) -> None:
+    """What a refresh without dbt needs of the model's config, when dbt ran it and it changed (a
+    build saved them with the registration)."""
+    settings = run_settings.encoded(run_settings.of(spec))
+    built = result.action in ("CREATE", "REBUILD")
+    if (
+        spec.initiated_by == run_settings.KEEPER
+        and not built
+        and (known is None or known.run_settings != settings)
+    ):
+        registry.keep_run_settings(spark, spec.catalog_schema, _key(spec), settings)
 
 
 class SparkBackend:
@@ -347,6 +365,11 @@ def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, sta
         differential_ok=compiled.plan is not None,
         unsupported_reason=str(compiled.unsupported) if compiled.unsupported else None,
         sources=[s.info.qualified for s in compiled.sources],
+        run_settings=(
+            run_settings.encoded(run_settings.of(spec))
+            if spec.initiated_by == run_settings.KEEPER
+            else (registered.run_settings if registered is not None else None)
+        ),
     )
     if registered is not None:
         registration.created_at = registered.created_at

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, cast, get_args
 
+from dbt_ivm import run_settings
 from dbt_ivm.catalog import qualified_name
 from dbt_ivm.errors import IvmError
 from dbt_ivm.spec import RefreshMode, RefreshResult, StreamTableSpec
@@ -35,7 +36,7 @@ def refresh(
     """Bring `stream_table` ("schema.name") up to date on `spark`, as its last `dbt run` defined it.
 
     `catalog_schema`: the model's `catalog_schema` config, if it set one. `full_refresh_threshold`:
-    AUTO's threshold (the registry does not keep the model's; default 0.5)."""
+    AUTO's threshold for this refresh only (default: the model's, as its last dbt run kept it)."""
     from dbt_ivm.spark import registry
     from dbt_ivm.spark.runner import run_stream_table
 
@@ -61,6 +62,7 @@ def refresh(
         catalog_schema=catalog_schema,
         initiated_by=INITIATED_BY,
     )
+    spec = run_settings.applied(spec, found.run_settings)  # as its last dbt run configured it
     if full_refresh_threshold is not None:
         spec = dataclasses.replace(spec, full_refresh_threshold=full_refresh_threshold)
     return run_stream_table(spark, spec)

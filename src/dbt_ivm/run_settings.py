@@ -1,0 +1,54 @@
+"""The model's settings a refresh needs besides its query and mode, kept with its registration by each
+`dbt run`, so a refresh without dbt (`dbt-ivm refresh`, `dbt_ivm.spark.refresh`) behaves as `dbt run`
+would.
+
+>>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", notify_channel="c")
+>>> kept = encoded(of(spec))
+>>> kept
+'{"full_refresh_threshold": 0.5, "notify_channel": "c", "target_lag_seconds": null, "user_triggers": "auto"}'
+>>> plain = StreamTableSpec(model="m", schema="s", name="m", sql="select 1")
+>>> applied(plain, kept).notify_channel
+'c'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, cast, get_args
+
+from dbt_ivm.spec import StreamTableSpec, UserTriggers
+
+# Who runs a refresh whose settings are the model's own (and so are kept): only dbt reads the config.
+KEEPER = "dbt"
+
+
+def of(spec: StreamTableSpec) -> dict[str, Any]:
+    return {
+        "full_refresh_threshold": spec.full_refresh_threshold,
+        "notify_channel": spec.notify_channel,
+        "target_lag_seconds": spec.target_lag_seconds,
+        "user_triggers": spec.user_triggers,
+    }
+
+
+def encoded(settings: dict[str, Any]) -> str:
+    """One text per settings (sorted keys): equal settings compare equal as stored."""
+    return json.dumps(settings, sort_keys=True)
+
+
+def applied(spec: StreamTableSpec, kept: str | dict[str, Any] | None) -> StreamTableSpec:
+    """`spec` with the kept settings (a registration from before they were kept: `spec` as it is)."""
+    if not kept:
+        return spec
+    values = json.loads(kept) if isinstance(kept, str) else kept
+    triggers = values.get("user_triggers", spec.user_triggers)
+    return dataclasses.replace(
+        spec,
+        full_refresh_threshold=float(values.get("full_refresh_threshold", spec.full_refresh_threshold)),
+        notify_channel=values.get("notify_channel", spec.notify_channel),
+        target_lag_seconds=values.get("target_lag_seconds", spec.target_lag_seconds),
+        user_triggers=cast(
+            UserTriggers, triggers if triggers in get_args(UserTriggers) else spec.user_triggers
+        ),
+    )
