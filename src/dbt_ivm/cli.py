@@ -319,7 +319,7 @@ def _history(args: argparse.Namespace) -> int:
                 "-" if r.duration_seconds is None else f"{r.duration_seconds:.3f}",
                 r.finished_at.isoformat(sep=" ", timespec="seconds") if r.finished_at else "-",
                 r.initiated_by or "-",
-                (r.reason or "").splitlines()[0] if r.reason else "",
+                r.reason.splitlines()[0] if r.reason else "",
             )
             for r in found
         ]
@@ -363,6 +363,10 @@ def _gc(args: argparse.Namespace) -> int:
     return _with_db(args, work)
 
 
+# A refresh's fields in `dbt-ivm refresh --json` (None for a stream table not due, or failed).
+REFRESH_FIELDS = ("action", "rows_inserted", "rows_updated", "rows_deleted", "seconds", "reason")
+
+
 def _refresh_lines(outcomes: list[Any]) -> list[tuple[str, ...]]:
     """One line per stream table: what was done, the rows, why."""
     lines: list[tuple[str, ...]] = []
@@ -373,9 +377,8 @@ def _refresh_lines(outcomes: list[Any]) -> list[tuple[str, ...]]:
             lines.append((outcome.stream_table, "not due", "", "its target_lag has not passed"))
         else:
             r = outcome.result
-            shown = "NO-OP" if r.action == "SKIP" else r.action
             counts = f"+{r.rows_inserted} ~{r.rows_updated} -{r.rows_deleted} in {r.seconds:.3f}s"
-            lines.append((outcome.stream_table, shown, counts, r.reason or ""))
+            lines.append((outcome.stream_table, r.shown_action, counts, r.reason or ""))
     return lines
 
 
@@ -395,12 +398,7 @@ def _refresh(args: argparse.Namespace) -> int:
                     [
                         {
                             "stream_table": o.stream_table,
-                            "action": None if o.result is None else o.result.action,
-                            "rows_inserted": None if o.result is None else o.result.rows_inserted,
-                            "rows_updated": None if o.result is None else o.result.rows_updated,
-                            "rows_deleted": None if o.result is None else o.result.rows_deleted,
-                            "seconds": None if o.result is None else o.result.seconds,
-                            "reason": None if o.result is None else o.result.reason,
+                            **{name: getattr(o.result, name, None) for name in REFRESH_FIELDS},
                             "error": o.error,
                         }
                         for o in outcomes

@@ -37,6 +37,21 @@ def encoded(settings: dict[str, Any]) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
+def to_keep(spec: StreamTableSpec, kept: str | dict[str, Any] | None) -> str | None:
+    """The settings to store for `spec`'s registration, which holds `kept`; None when there is nothing
+    to write (they are stored already, or the run was not dbt's: only dbt reads the model's config).
+
+    >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1")
+    >>> to_keep(spec, None) == encoded(of(spec)), to_keep(spec, of(spec))
+    (True, None)
+    """
+    if spec.initiated_by != KEEPER:
+        return None
+    settings = encoded(of(spec))
+    stored = encoded(kept) if isinstance(kept, dict) else kept
+    return None if stored == settings else settings
+
+
 def applied(spec: StreamTableSpec, kept: str | dict[str, Any] | None) -> StreamTableSpec:
     """`spec` with the kept settings (a registration from before they were kept: `spec` as it is)."""
     if not kept:

@@ -61,6 +61,11 @@ class RefreshResult:
     apply_path: str | None = None
 
     @property
+    def shown_action(self) -> str:
+        """The action as users read it: NO-OP for a run that found nothing to do (the history's SKIP)."""
+        return "NO-OP" if self.action == "SKIP" else self.action
+
+    @property
     def rows_changed(self) -> int:
         return self.rows_inserted + self.rows_updated + self.rows_deleted
 

@@ -132,10 +132,6 @@ def naming_the_model(model: str, text: str) -> str:
     return text if model in text else f"stream table model {model}: {text}"
 
 
-# What dbt shows for a run that found nothing to do (dbt's own word for it); the history says SKIP.
-NO_OP = "NO-OP"
-
-
 @dataclass
 class StreamTableResponse(AdapterResponse):
     """A stream table run in run_results.json's `adapter_response`: dbt's code, message and rows
@@ -153,7 +149,7 @@ class StreamTableResponse(AdapterResponse):
 def shown_summary(result: RefreshResult) -> str:
     """The line `dbt run` prints for the model: NO-OP when nothing changed, else the engine's summary."""
     if result.action == "SKIP":
-        return f"{NO_OP} in {result.seconds:.2f}s"
+        return f"{result.shown_action} in {result.seconds:.2f}s"
     return result.summary()
 
 
@@ -180,7 +176,7 @@ def result_fields(result: RefreshResult, statements: list[str]) -> dict[str, Any
     fields["summary"] = shown_summary(result)
     fields["response"] = StreamTableResponse(
         _message=fields["summary"],
-        code=NO_OP if result.action == "SKIP" else result.action,
+        code=result.shown_action,
         rows_affected=result.rows_changed,
         action=result.action,
         rows_inserted=result.rows_inserted,

@@ -97,17 +97,20 @@ class Registered:
     needs_full: str | None
     views_digest: str
     shape: str  # the stream table's columns and layout when it was built (runner.shape_of); '' before
+    run_settings: dict[str, Any] | None = None  # the model's, as its last dbt run kept them
 
 
 def lookup(db: Db, catalog: str, stream_table: str) -> Registered | None:
     row = db.one(
         "SELECT stream_table, defining_query, fingerprint, refresh_mode, sources, frontier::text, needs_full, "
-        f"views_digest, shape FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s",
+        f"views_digest, shape, run_settings FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s",
         (stream_table,),
     )
     if row is None:
         return None
-    return Registered(row[0], row[1], row[2], row[3], list(row[4] or []), row[5], row[6], row[7], row[8])
+    return Registered(
+        row[0], row[1], row[2], row[3], list(row[4] or []), row[5], row[6], row[7], row[8], row[9]
+    )
 
 
 def save(db: Db, catalog: str, values: dict[str, Any]) -> None:

@@ -232,11 +232,13 @@ def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult
     registry.bootstrap(db, spec.catalog_schema)
     # Registrations whose table was dropped by hand (or whose model is gone with it) pin buffers.
     registrations.forget_missing(db, spec.catalog_schema, bootstrapped=True)
-    result = lifecycle.run(PostgresBackend(db, spec))
-    if spec.initiated_by == run_settings.KEEPER:  # what a refresh without dbt needs of the config
-        registry.keep_run_settings(
-            db, spec.catalog_schema, _key(spec), run_settings.encoded(run_settings.of(spec))
-        )
+    backend = PostgresBackend(db, spec)
+    result = lifecycle.run(backend)
+    # What a refresh without dbt needs of the model's config (no statement when it is stored already).
+    known = backend._registered.run_settings if backend._registered is not None else None
+    settings = run_settings.to_keep(spec, known)
+    if settings is not None:
+        registry.keep_run_settings(db, spec.catalog_schema, _key(spec), settings)
     return result
 
 

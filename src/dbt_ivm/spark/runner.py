@@ -198,13 +198,8 @@ def _keep_run_settings(
 ) -> None:
     """What a refresh without dbt needs of the model's config, when dbt ran it and it changed (a
     build saved them with the registration)."""
-    settings = run_settings.encoded(run_settings.of(spec))
-    built = result.action in ("CREATE", "REBUILD")
-    if (
-        spec.initiated_by == run_settings.KEEPER
-        and not built
-        and (known is None or known.run_settings != settings)
-    ):
+    settings = run_settings.to_keep(spec, known.run_settings if known is not None else None)
+    if settings is not None and result.action not in ("CREATE", "REBUILD"):
         registry.keep_run_settings(spark, spec.catalog_schema, _key(spec), settings)
 
 
@@ -365,11 +360,7 @@ def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, sta
         differential_ok=compiled.plan is not None,
         unsupported_reason=str(compiled.unsupported) if compiled.unsupported else None,
         sources=[s.info.qualified for s in compiled.sources],
-        run_settings=(
-            run_settings.encoded(run_settings.of(spec))
-            if spec.initiated_by == run_settings.KEEPER
-            else (registered.run_settings if registered is not None else None)
-        ),
+        run_settings=run_settings.to_keep(spec, None) or (registered.run_settings if registered else None),
     )
     if registered is not None:
         registration.created_at = registered.created_at
