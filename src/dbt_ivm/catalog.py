@@ -25,6 +25,26 @@ def qualified_name(schema: str, name: str) -> str:
     return f"{schema}.{name}"
 
 
+def split_qualified(key: str) -> tuple[str, str]:
+    """The (schema, name) that `qualified_name` made `key` of.
+
+    >>> split_qualified("public.orders"), split_qualified('"x.y"."z"'), split_qualified('"a""b"."c"')
+    (('public', 'orders'), ('x.y', 'z'), ('a"b', 'c'))
+    """
+    if not key.startswith('"'):
+        schema, _, name = key.partition(".")
+        return schema, name
+    parts: list[str] = []
+    at = 0
+    while at < len(key) and len(parts) < 2:
+        end = at + 1
+        while not (key[end] == '"' and key[end + 1 : end + 2] != '"'):
+            end += 2 if key[end] == '"' else 1
+        parts.append(key[at + 1 : end].replace('""', '"'))
+        at = end + 2  # past the closing quote and the dot
+    return parts[0], parts[1]
+
+
 FunctionCall = tuple[str | None, str, int]  # (schema or None, name, argument count)
 
 

@@ -1,16 +1,19 @@
 """`dbt-ivm`: run the embedded PostgreSQL server for a dbt project and write a matching profile;
-inspect and clean up the stream tables registered on a PostgreSQL database.
+inspect, refresh and clean up the stream tables registered on a PostgreSQL database or a Spark warehouse.
 
 dbt-ivm pg start [--dir .ivm/pg] [--pg-bin DIR] [--profiles-dir DIR] [--profile NAME]
 dbt-ivm pg env   [--dir .ivm/pg]     # shell exports: PGHOST, PGPORT, ..., DBT_IVM_PG_DSN
 dbt-ivm pg stop  [--dir .ivm/pg]
-dbt-ivm status [--dsn DSN] [--catalog-schema dbt_ivm] [--json]   # stream tables at a glance (alias: list)
+dbt-ivm status [--json]   # stream tables at a glance (alias: list)
 dbt-ivm history [SCHEMA.TABLE] [--limit 20] [--json]   # the newest refreshes
-dbt-ivm drop SCHEMA.TABLE [--dsn DSN] [--catalog-schema dbt_ivm] [--keep-table]
-dbt-ivm gc   [--dsn DSN] [--catalog-schema dbt_ivm]   # unregister stream tables whose table is gone
+dbt-ivm drop SCHEMA.TABLE [--keep-table]
+dbt-ivm gc   # unregister stream tables whose table is gone
 dbt-ivm refresh [SCHEMA.TABLE ...] [--watch SECONDS] [--json]   # without dbt, in dependency order
 
-The connection: --dsn, else $DBT_IVM_PG_DSN, else libpq's defaults (PGHOST, PGPORT, PGUSER, ...).
+Each of the last five takes [--catalog-schema dbt_ivm] and a connection. PostgreSQL: --dsn, else
+$DBT_IVM_PG_DSN, else libpq's defaults (PGHOST, PGPORT, PGUSER, ...). Spark: --spark-warehouse DIR (else
+$DBT_IVM_SPARK_WAREHOUSE) and, when the profile has them, --metastore-uris (else
+$DBT_IVM_SPARK_METASTORE_URIS): an embedded Spark driver on that warehouse, as dbt's ivm_spark starts it.
 """
 
 from __future__ import annotations
@@ -25,13 +28,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dbt_ivm.postgres.db import Db
+    from dbt_ivm.operations import Operations
 
 DEFAULT_PG_DIR = ".ivm/pg"
 DEFAULT_PROFILE = "dbt_ivm"
 POSTGRES_TARGET = "postgres"
 DEFAULT_CATALOG = "dbt_ivm"
 DSN_ENV = "DBT_IVM_PG_DSN"
+SPARK_WAREHOUSE_ENV = "DBT_IVM_SPARK_WAREHOUSE"
+SPARK_METASTORE_ENV = "DBT_IVM_SPARK_METASTORE_URIS"
 
 
 def _project_profile_name(project_dir: Path) -> str | None:
@@ -172,26 +177,32 @@ def _add_pg_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
     with_dir(pg_commands.add_parser("stop", help="stop the server")).set_defaults(handler=_pg_stop)
 
 
-def _with_db(args: argparse.Namespace, work: Callable[[Db], int]) -> int:
-    """Run `work` on an autocommit connection (--dsn, else $DBT_IVM_PG_DSN, else libpq's defaults)."""
-    import psycopg2
+def _with_backend(args: argparse.Namespace, work: Callable[[Operations], int]) -> int:
+    """Run `work` on the backend the options name: a Spark warehouse (--spark-warehouse, else
+    $DBT_IVM_SPARK_WAREHOUSE), else PostgreSQL (--dsn, else $DBT_IVM_PG_DSN, else libpq's defaults)."""
+    from dbt_ivm import operations
 
-    from dbt_ivm.postgres.db import Db
+    warehouse = args.spark_warehouse or os.environ.get(SPARK_WAREHOUSE_ENV)
+    if warehouse:
+        metastore = args.metastore_uris or os.environ.get(SPARK_METASTORE_ENV)
+        opened = operations.spark(warehouse, metastore, args.spark_master)
+    else:
+        opened = operations.postgres(args.dsn if args.dsn is not None else os.environ.get(DSN_ENV, ""))
+    try:
+        with opened as backend:
+            try:
+                return work(backend)
+            except backend.errors as exc:
+                print(f"dbt-ivm: {_first_lines(str(exc))}", file=sys.stderr)
+                return 1
+    except operations.CannotConnect as exc:
+        print(f"dbt-ivm: {exc}", file=sys.stderr)
+        return 1
 
-    dsn = args.dsn if args.dsn is not None else os.environ.get(DSN_ENV, "")
-    try:
-        connection = psycopg2.connect(dsn)
-    except psycopg2.Error as exc:
-        print(f"dbt-ivm: cannot connect to PostgreSQL: {str(exc).strip()}", file=sys.stderr)
-        return 1
-    try:
-        connection.autocommit = True
-        return work(Db(connection))
-    except psycopg2.Error as exc:
-        print(f"dbt-ivm: {str(exc).strip()}", file=sys.stderr)
-        return 1
-    finally:
-        connection.close()
+
+def _first_lines(text: str, count: int = 3) -> str:
+    """An error's first lines (a JVM error carries its stack trace after them)."""
+    return "\n".join(text.strip().splitlines()[:count])
 
 
 def _pending_text(pending: dict[str, int | None]) -> str:
@@ -207,10 +218,8 @@ def _pending_text(pending: dict[str, int | None]) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from dbt_ivm.postgres import registrations
-
-    def work(db: Db) -> int:
-        found = registrations.list_registrations(db, args.catalog_schema)
+    def work(backend: Operations) -> int:
+        found = backend.status(args.catalog_schema)
         if args.json:
             listed = [
                 {
@@ -265,7 +274,7 @@ def _list(args: argparse.Namespace) -> int:
             )
         return 0
 
-    return _with_db(args, work)
+    return _with_backend(args, work)
 
 
 def _duration(seconds: float | None) -> str:
@@ -285,10 +294,8 @@ def _duration(seconds: float | None) -> str:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from dbt_ivm.postgres import registrations
-
-    def work(db: Db) -> int:
-        found = registrations.history(db, args.catalog_schema, args.stream_table, args.limit)
+    def work(backend: Operations) -> int:
+        found = backend.history(args.catalog_schema, args.stream_table, args.limit)
         if args.json:
             print(
                 json.dumps(
@@ -326,16 +333,14 @@ def _history(args: argparse.Namespace) -> int:
         _print_table(header, lines)
         return 0
 
-    return _with_db(args, work)
+    return _with_backend(args, work)
 
 
 def _drop(args: argparse.Namespace) -> int:
-    from dbt_ivm.postgres import registrations
-
-    def work(db: Db) -> int:
+    def work(backend: Operations) -> int:
         name = args.stream_table
-        if not registrations.drop_registration(db, args.catalog_schema, name, drop_table=not args.keep_table):
-            hint = "" if "." in name else " (name it schema.table, e.g. public.my_model)"
+        if not backend.drop(args.catalog_schema, name, drop_table=not args.keep_table):
+            hint = "" if "." in name else f" (name it schema.table, e.g. {backend.example})"
             print(
                 f"dbt-ivm: no stream table {name!r} is registered in catalog schema "
                 f"{args.catalog_schema!r}{hint}; see: dbt-ivm list",
@@ -346,21 +351,19 @@ def _drop(args: argparse.Namespace) -> int:
         print(f"unregistered stream table {name} ({kept})")
         return 0
 
-    return _with_db(args, work)
+    return _with_backend(args, work)
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from dbt_ivm.postgres import registrations
-
-    def work(db: Db) -> int:
-        removed = registrations.forget_missing(db, args.catalog_schema)
+    def work(backend: Operations) -> int:
+        removed = backend.gc(args.catalog_schema)
         for name in removed:
             print(f"unregistered {name}: its table no longer exists")
         if not removed:
             print("every registered stream table still has its table; nothing to unregister")
         return 0
 
-    return _with_db(args, work)
+    return _with_backend(args, work)
 
 
 # A refresh's fields in `dbt-ivm refresh --json` (None for a stream table not due, or failed).
@@ -384,11 +387,10 @@ def _refresh_lines(outcomes: list[Any]) -> list[tuple[str, ...]]:
 
 def _refresh(args: argparse.Namespace) -> int:
     from dbt_ivm.errors import IvmError
-    from dbt_ivm.postgres import scheduled
 
-    def once(db: Db) -> int:
+    def once(backend: Operations) -> int:
         try:
-            outcomes = scheduled.refresh_due(db.connection, args.catalog_schema, args.stream_tables)
+            outcomes = backend.refresh(args.catalog_schema, args.stream_tables)
         except IvmError as error:
             print(f"dbt-ivm: {error}", file=sys.stderr, flush=True)
             return 1
@@ -411,15 +413,15 @@ def _refresh(args: argparse.Namespace) -> int:
         return 1 if any(o.error for o in outcomes) else 0
 
     if args.watch is None:
-        return _with_db(args, once)
+        return _with_backend(args, once)
 
-    def watch(db: Db) -> int:
+    def watch(backend: Operations) -> int:
         while True:  # until interrupted; a failing stream table is reported and tried again
-            once(db)
+            once(backend)
             time.sleep(args.watch)
 
     try:
-        return _with_db(args, watch)
+        return _with_backend(args, watch)
     except KeyboardInterrupt:
         return 0
 
@@ -446,6 +448,20 @@ def _add_registration_commands(commands: argparse._SubParsersAction[argparse.Arg
             default=DEFAULT_CATALOG,
             help=f"dbt-ivm's catalog schema (default {DEFAULT_CATALOG})",
         )
+        spark = parser.add_argument_group("Spark (instead of PostgreSQL)")
+        spark.add_argument(
+            "--spark-warehouse",
+            default=None,
+            metavar="DIR",
+            help=f"the ivm_spark profile's warehouse (default: ${SPARK_WAREHOUSE_ENV}; unset: PostgreSQL)",
+        )
+        spark.add_argument(
+            "--metastore-uris",
+            default=None,
+            metavar="URIS",
+            help=f"the profile's metastore_uris, when it has them (default: ${SPARK_METASTORE_ENV})",
+        )
+        spark.add_argument("--spark-master", default=None, metavar="URL", help="default local[2]")
         return parser
 
     listing = connection_options(

@@ -5,17 +5,16 @@ Buffer rows are deleted only once every registered consumer's frontier covers th
 hand, never refreshes again, so its frontier never moves and the shared buffer of each of its sources
 grows without end. ``forget_missing`` unregisters every stream table whose table is gone (the runner
 calls it before each refresh) and then removes capture from sources nobody reads any more;
-``list_registrations`` and ``drop_registration`` back the ``dbt-ivm list`` and ``dbt-ivm drop`` commands.
+``list_registrations``, ``history`` and ``drop_registration`` back ``dbt-ivm status``, ``history`` and
+``drop``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
-
 from dbt_ivm.postgres import capture, immediate
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.sqltext import lit, qn
+from dbt_ivm.status import HistoryRow, StreamTableStatus
 
 # Serializes the sessions that unregister stream tables and remove capture here: two of them dropping
 # capture from several sources in different orders could deadlock.
@@ -25,30 +24,6 @@ GC_LOCK = "dbt_ivm registrations gc"
 def refresh_lock_key(stream_table: str) -> str:
     """The advisory lock key a refresh of `stream_table` holds (runner._refresh_lock)."""
     return f"dbt_ivm refresh {stream_table}"
-
-
-@dataclass
-class Registration:
-    """One registered stream table as `dbt-ivm list` shows it."""
-
-    stream_table: str
-    exists: bool  # its table is still there
-    refresh_mode: str
-    sources: list[str]
-    # Buffer rows its frontier does not cover yet, per source (None: unknown — no frontier or no buffer).
-    pending: dict[str, int | None] = field(default_factory=dict)
-    refreshed_at: datetime | None = None
-    staleness_seconds: float | None = None  # since the frontier it reflects was taken
-    target_lag_seconds: float | None = None  # the model's target_lag (dbt-ivm refresh)
-    last_action: str | None = None  # the newest history row's action and status
-    last_status: str | None = None
-
-    @property
-    def pending_total(self) -> int | None:
-        counts = list(self.pending.values())
-        if any(c is None for c in counts):
-            return None
-        return sum(c for c in counts if c is not None)
 
 
 def catalog_exists(db: Db, catalog: str) -> bool:
@@ -129,11 +104,11 @@ def _try_lock(db: Db, key: str) -> bool:
     return bool(db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (key,)))
 
 
-def list_registrations(db: Db, catalog: str) -> list[Registration]:
+def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
     """Every registered stream table, whether its table exists, and the changes waiting for it."""
     if not catalog_exists(db, catalog):
         return []
-    found: list[Registration] = []
+    found: list[StreamTableStatus] = []
     with db.transaction("REPEATABLE READ"):  # one consistent view of the catalog and the buffers
         buffers = {
             str(source): str(buffer)
@@ -164,7 +139,7 @@ def list_registrations(db: Db, catalog: str) -> list[Registration]:
             names = [str(s) for s in sources or []]
             pending = {s: _pending(db, catalog, buffers.get(s), frontier) for s in names}
             found.append(
-                Registration(
+                StreamTableStatus(
                     str(key), exists, str(mode), names, pending, refreshed_at, stale, lag, action, status
                 )
             )
@@ -211,22 +186,6 @@ def drop_registration(db: Db, catalog: str, stream_table: str, drop_table: bool)
         return False
     remove_unused(db, catalog)
     return True
-
-
-@dataclass
-class HistoryRow:
-    refresh_id: int
-    stream_table: str
-    action: str
-    status: str
-    rows_inserted: int
-    rows_updated: int
-    rows_deleted: int
-    changes_read: int
-    duration_seconds: float | None
-    finished_at: datetime | None
-    initiated_by: str | None
-    reason: str | None  # why (FULL, a rebuild), or the error of a failed run
 
 
 def history(db: Db, catalog: str, stream_table: str | None, limit: int) -> list[HistoryRow]:

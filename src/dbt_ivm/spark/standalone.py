@@ -13,12 +13,11 @@ refresh between its own steps without starting dbt. The history row says ``initi
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, cast, get_args
+from typing import Any
 
-from dbt_ivm import run_settings
 from dbt_ivm.catalog import qualified_name
 from dbt_ivm.errors import IvmError
-from dbt_ivm.spec import RefreshMode, RefreshResult, StreamTableSpec
+from dbt_ivm.spec import RefreshResult
 
 INITIATED_BY = "pyspark"
 
@@ -38,6 +37,7 @@ def refresh(
     `catalog_schema`: the model's `catalog_schema` config, if it set one. `full_refresh_threshold`:
     AUTO's threshold for this refresh only (default: the model's, as its last dbt run kept it)."""
     from dbt_ivm.spark import registry
+    from dbt_ivm.spark.registrations import spec_of
     from dbt_ivm.spark.runner import run_stream_table
 
     schema, _, name = stream_table.rpartition(".")
@@ -52,17 +52,7 @@ def refresh(
             f"{stream_table} is not a stream table registered in {catalog_schema}.stream_tables: "
             "create it with dbt run first (or pass the catalog_schema its model configured)"
         )
-    mode = cast(RefreshMode, found.refresh_mode if found.refresh_mode in get_args(RefreshMode) else "auto")
-    spec = StreamTableSpec(
-        model=found.table_name,
-        schema=found.schema_name,
-        name=found.table_name,
-        sql=found.defining_query,
-        refresh_mode=mode,
-        catalog_schema=catalog_schema,
-        initiated_by=INITIATED_BY,
-    )
-    spec = run_settings.applied(spec, found.run_settings)  # as its last dbt run configured it
+    spec = spec_of(found, catalog_schema, INITIATED_BY)  # as its last dbt run defined and configured it
     if full_refresh_threshold is not None:
         spec = dataclasses.replace(spec, full_refresh_threshold=full_refresh_threshold)
     return run_stream_table(spark, spec)

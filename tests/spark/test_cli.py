@@ -1,0 +1,101 @@
+"""`dbt-ivm status|history|refresh|drop|gc --spark-warehouse`: a Spark warehouse's stream tables seen,
+refreshed in dependency order and removed without dbt, on real Spark + Iceberg."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from dbt_ivm import cli
+from dbt_ivm.spark import registrations
+from tests.spark.oracle import assert_matches_query, refresh_and_check
+
+pytestmark = pytest.mark.spark
+
+TOTALS = "SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM {s}.orders GROUP BY customer"
+BIG = "SELECT customer, total FROM {s}.totals WHERE total > 25"
+
+
+@pytest.fixture
+def warehouse(spark: Any) -> str:
+    return str(spark.conf.get("spark.sql.warehouse.dir"))
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _two_stream_tables(spark: Any, s: str) -> None:
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1,'a',10),(2,'a',20),(3,'b',30)")
+    refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "create totals")
+    refresh_and_check(spark, s, "big", BIG.format(s=s), "create big")
+
+
+def test_status_refresh_and_history(
+    spark: Any, spark_schema: str, warehouse: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = spark_schema
+    _two_stream_tables(spark, s)
+    spark.sql(f"INSERT INTO {s}.orders VALUES (4,'c',40),(5,'a',1)")
+    options = ("--spark-warehouse", warehouse, "--catalog-schema", f"{s}_ivm")
+
+    code, out, _ = _run(capsys, "status", *options, "--json")
+    assert code == 0
+    status = {r["stream_table"]: r for r in json.loads(out)}
+    assert status[f"{s}.totals"]["pending"] == {f"{s}.orders": 2}  # one commit of two rows
+    assert status[f"{s}.big"]["pending"] == {f"{s}.totals": 0}
+    assert status[f"{s}.totals"]["last_action"] == "CREATE"
+    assert status[f"{s}.totals"]["staleness_seconds"] >= 0
+
+    code, out, _ = _run(capsys, "status", *options)
+    assert code == 0 and "PENDING CHANGES" in out and f"{s}.totals" in out
+
+    code, out, _ = _run(capsys, "refresh", *options, "--json")
+    assert code == 0, out
+    outcomes = json.loads(out)
+    # totals first, so big sees its new rows in the same pass
+    assert [o["stream_table"] for o in outcomes] == [f"{s}.totals", f"{s}.big"]
+    # big's batch (2 of totals' 3 rows changed) is over AUTO's threshold: FULL, with the reason
+    assert [o["action"] for o in outcomes] == ["DIFFERENTIAL", "FULL"], outcomes
+    assert "threshold" in outcomes[1]["reason"]
+    assert_matches_query(spark, s, "totals", TOTALS.format(s=s), "after dbt-ivm refresh")
+    assert_matches_query(spark, s, "big", BIG.format(s=s), "after dbt-ivm refresh")
+    assert spark.sql(f"SELECT customer FROM {s}.big ORDER BY customer").collect()[-1][0] == "c"
+
+    code, out, _ = _run(capsys, "history", f"{s}.totals", *options, "--json")
+    assert code == 0
+    history = json.loads(out)
+    assert [(h["action"], h["initiated_by"]) for h in history][:1] == [("DIFFERENTIAL", "dbt-ivm refresh")]
+    assert history[-1]["action"] == "CREATE"
+
+    code, out, _ = _run(capsys, "refresh", *options, f"{s}.nothing")
+    assert code == 1  # an unknown name is refused by name
+
+
+def test_drop_and_gc(
+    spark: Any, spark_schema: str, warehouse: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = spark_schema
+    _two_stream_tables(spark, s)
+    catalog = f"{s}_ivm"
+    options = ("--spark-warehouse", warehouse, "--catalog-schema", catalog)
+
+    code, out, _ = _run(capsys, "drop", f"{s}.big", *options, "--keep-table")
+    assert code == 0 and "kept" in out
+    assert spark.catalog.tableExists(f"{s}.big")
+    assert [r.stream_table for r in registrations.list_registrations(spark, catalog)] == [f"{s}.totals"]
+
+    code, _, err = _run(capsys, "drop", "big", *options)
+    assert code == 1 and "schema.table" in err
+
+    spark.sql(f"DROP TABLE {s}.totals")  # by hand: its registration stays until gc
+    code, out, _ = _run(capsys, "status", *options)
+    assert "NO" in out and "dbt-ivm gc" in out
+    code, out, _ = _run(capsys, "gc", *options)
+    assert code == 0 and f"unregistered {s}.totals" in out
+    assert registrations.list_registrations(spark, catalog) == []
