@@ -42,6 +42,7 @@
         target/run holds the SQL the engine ran. -#}
     {% do store_result('main', response=result['response']) %}
     {% do write(result['statements']) %}
+    {% do ivm_warn_unused_registrations(ivm_stream_table_config()['ivm_catalog_schema']) %}
   {%- endif -%}
 
   {{ run_hooks(post_hooks, inside_transaction=True) }}
@@ -89,6 +90,25 @@
       {% do exceptions.warn('stream table model ' ~ model.name ~ ': config ' ~ name ~ ' does not apply to '
           ~ "materialized='stream_table' and is ignored (" ~ reason ~ '); remove it') %}
     {%- endif -%}
+  {%- endfor -%}
+{% endmacro %}
+
+
+{#-
+  Once per run and catalog schema (the adapter remembers): a warning for each stream table registered
+  in one of this project's schemas that none of its enabled models builds any more.
+-#}
+{% macro ivm_warn_unused_registrations(catalog_schema) %}
+  {%- set stream_tables = [] -%}
+  {%- set schemas = [] -%}
+  {%- for node in graph.nodes.values() if node.resource_type in ('model', 'seed', 'snapshot') -%}
+    {%- do schemas.append(node.schema) -%}
+    {%- if node.config.materialized == 'stream_table' -%}
+      {%- do stream_tables.append([node.schema, node.alias]) -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {%- for message in adapter.ivm_unused_registrations(invocation_id, catalog_schema, stream_tables, schemas) -%}
+    {% do exceptions.warn(message) %}
   {%- endfor -%}
 {% endmacro %}
 

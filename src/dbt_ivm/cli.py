@@ -7,7 +7,7 @@ dbt-ivm pg stop  [--dir .ivm/pg]
 dbt-ivm status [--json]   # stream tables at a glance (alias: list)
 dbt-ivm history [SCHEMA.TABLE] [--limit 20] [--json]   # the newest refreshes
 dbt-ivm drop SCHEMA.TABLE [--keep-table]
-dbt-ivm gc   # unregister stream tables whose table is gone
+dbt-ivm gc [--manifest target/manifest.json]   # unregister stream tables whose table (or model) is gone
 dbt-ivm refresh [SCHEMA.TABLE ...] [--watch SECONDS] [--json]   # without dbt, in dependency order
 
 Each of the last five takes [--catalog-schema dbt_ivm] and a connection. PostgreSQL: --dsn, else
@@ -355,12 +355,26 @@ def _drop(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
+    from dbt_ivm import unused
+
+    project = None
+    if args.manifest is not None:
+        try:
+            project = unused.project_of_manifest(json.loads(Path(args.manifest).read_text()))
+        except (OSError, ValueError) as exc:
+            print(f"dbt-ivm: cannot read the manifest {args.manifest}: {exc}", file=sys.stderr)
+            return 1
+
     def work(backend: Operations) -> int:
         removed = backend.gc(args.catalog_schema)
         for name in removed:
             print(f"unregistered {name}: its table no longer exists")
-        if not removed:
-            print("every registered stream table still has its table; nothing to unregister")
+        orphans = [] if project is None else unused.unused(backend.relations(args.catalog_schema), project)
+        for name in orphans:
+            backend.drop(args.catalog_schema, name, drop_table=False)
+            print(f"unregistered {name}: no enabled model of the project builds it (its table was kept)")
+        if not removed and not orphans:
+            print("every registered stream table has its table and its model; nothing to unregister")
         return 0
 
     return _with_backend(args, work)
@@ -483,9 +497,21 @@ def _add_registration_commands(commands: argparse._SubParsersAction[argparse.Arg
     drop.add_argument("--keep-table", action="store_true", help="unregister only; keep the table")
     drop.set_defaults(handler=_drop)
 
-    connection_options(
-        commands.add_parser("gc", help="unregister stream tables whose table no longer exists")
-    ).set_defaults(handler=_gc)
+    gc = connection_options(
+        commands.add_parser(
+            "gc",
+            help="unregister stream tables whose table no longer exists (and with --manifest, "
+            "those no model of the project builds)",
+        )
+    )
+    gc.add_argument(
+        "--manifest",
+        default=None,
+        metavar="PATH",
+        help="a dbt project's target/manifest.json: also unregister stream tables in its schemas that "
+        "none of its enabled models builds (deleted, disabled or renamed models); their tables are kept",
+    )
+    gc.set_defaults(handler=_gc)
 
     history = connection_options(commands.add_parser("history", help="the newest refreshes, newest first"))
     history.add_argument("stream_table", nargs="?", metavar="STREAM_TABLE", help="schema.table; default: all")

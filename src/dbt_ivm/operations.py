@@ -27,6 +27,8 @@ class Operations(Protocol):
 
     def gc(self, catalog: str) -> list[str]: ...
 
+    def relations(self, catalog: str) -> list[tuple[str, str, str]]: ...
+
     def refresh(self, catalog: str, names: Sequence[str]) -> list[Outcome]: ...
 
 
@@ -61,6 +63,11 @@ class PostgresOperations:
         from dbt_ivm.postgres import registrations
 
         return registrations.forget_missing(self.db, catalog)
+
+    def relations(self, catalog: str) -> list[tuple[str, str, str]]:
+        from dbt_ivm.postgres import registrations
+
+        return registrations.registered_relations(self.db, catalog)
 
     def refresh(self, catalog: str, names: Sequence[str]) -> list[Outcome]:
         from dbt_ivm.postgres import scheduled
@@ -97,6 +104,11 @@ class SparkOperations:
         from dbt_ivm.spark import registrations
 
         return registrations.forget_missing(self.spark, catalog)
+
+    def relations(self, catalog: str) -> list[tuple[str, str, str]]:
+        from dbt_ivm.spark import registrations
+
+        return registrations.registered_relations(self.spark, catalog)
 
     def refresh(self, catalog: str, names: Sequence[str]) -> list[Outcome]:
         from dbt_ivm.spark import registrations

@@ -22,11 +22,13 @@ from dbt.adapters.ivm_postgres.stream_table_config import (
     naming_the_model,
     reporting_statements,
     result_fields,
+    unused_registration_warnings,
 )
 from dbt.adapters.postgres.impl import PostgresAdapter
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
 from dbt_ivm.errors import IvmError
+from dbt_ivm.unused import Project
 
 if TYPE_CHECKING:
     import agate
@@ -160,6 +162,30 @@ class IvmPostgresAdapter(PostgresAdapter):
         for warning in result.warnings:
             logger.warning(naming_the_model(model_name, warning))
         return result_fields(result, statements)
+
+    @available.parse(lambda *args, **kwargs: [])
+    def ivm_unused_registrations(
+        self, invocation_id: str, catalog_schema: str, stream_tables: list[list[str]], schemas: list[str]
+    ) -> list[str]:
+        """Warnings, once per run, for stream tables registered in `catalog_schema` that none of the
+        project's enabled models builds (their sources' changes keep being captured)."""
+        from dbt_ivm.postgres.db import Db
+        from dbt_ivm.postgres.registrations import registered_relations
+
+        def relations() -> list[tuple[str, str, str]]:
+            try:
+                return registered_relations(Db(self._engine_connection()), catalog_schema)
+            except psycopg2.Error:
+                self._discard_engine_connection()
+                raise
+
+        return unused_registration_warnings(
+            invocation_id,
+            catalog_schema,
+            Project.of(stream_tables, schemas),
+            relations,
+            "its sources' changes are still captured and kept for it",
+        )
 
     def ivm_check_differential(self, node: Any) -> None:
         """At compile time: refuse a differential model the engine cannot maintain (compile_check)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, cast, get_args
@@ -16,6 +17,7 @@ from dbt.adapters.contracts.connection import AdapterResponse
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt_ivm.spec import OnConfigurationChange, RefreshMode, RefreshResult, StreamTableSpec, UserTriggers
+from dbt_ivm.unused import Project, unused
 
 DEFAULT_CATALOG_SCHEMA = "dbt_ivm"
 DEFAULT_FULL_REFRESH_THRESHOLD = 0.5
@@ -187,3 +189,30 @@ def result_fields(result: RefreshResult, statements: list[str]) -> dict[str, Any
         refresh_id=result.refresh_id,
     )
     return fields
+
+
+# (invocation, catalog schema) pairs already looked at for unused registrations in this process.
+_unused_checked: set[tuple[str, str]] = set()
+_unused_lock = threading.Lock()
+
+
+def unused_registration_warnings(
+    invocation_id: str,
+    catalog_schema: str,
+    project: Project,
+    relations: Callable[[], list[tuple[str, str, str]]],
+    consequence: str,
+) -> list[str]:
+    """Once per dbt invocation and catalog schema: a warning per registered stream table that no
+    enabled model of the project builds (dbt_ivm.unused); `relations` lists the registrations."""
+    with _unused_lock:
+        if (invocation_id, catalog_schema) in _unused_checked:
+            return []
+        _unused_checked.add((invocation_id, catalog_schema))
+    return [
+        f"stream table {name} is registered in {catalog_schema} but no enabled model of this project "
+        f"builds it (deleted, disabled or renamed): {consequence}. Unregister it with "
+        f"`dbt-ivm drop {name} --keep-table` (or `dbt-ivm gc --manifest target/manifest.json`), or "
+        "enable its model again"
+        for name in unused(relations(), project)
+    ]

@@ -178,6 +178,27 @@ class IvmSparkAdapter(SparkAdapter):
             logger.warning(naming_the_model(model_name, warning))
         return result_fields(result, statements)
 
+    @available.parse(lambda *args, **kwargs: [])
+    def ivm_unused_registrations(
+        self, invocation_id: str, catalog_schema: str, stream_tables: list[list[str]], schemas: list[str]
+    ) -> list[str]:
+        """Warnings, once per run, for stream tables registered in `catalog_schema` that none of the
+        project's enabled models builds (nothing refreshes them any more)."""
+        from dbt.adapters.ivm_postgres.stream_table_config import unused_registration_warnings
+
+        from dbt_ivm.spark.registrations import registered_relations
+        from dbt_ivm.unused import Project
+
+        if not self._has_refresh_driver():
+            return []
+        return unused_registration_warnings(
+            invocation_id,
+            catalog_schema,
+            Project.of(stream_tables, schemas),
+            lambda: registered_relations(self.spark_session(), catalog_schema),
+            "nothing refreshes it any more",
+        )
+
     def ivm_check_differential(self, node: Any) -> None:
         """At compile time: refuse a differential model the engine cannot maintain (compile_check)."""
         from dbt.adapters.ivm_postgres import compile_check

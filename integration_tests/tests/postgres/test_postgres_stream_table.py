@@ -567,3 +567,52 @@ class TestRunsReadLikeDbtModels:
         message = failed.message.lower()
         assert failed.status == "error" and "contract" in message and "| total" in message, failed.message
         assert "text" in message and "data type mismatch" in message, failed.message
+
+
+class TestUnusedRegistrations:
+    """A stream-table model deleted from the project leaves its table and registration (and its
+    sources' capture): dbt run warns once per run, `dbt-ivm gc --manifest` unregisters it."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {
+            "customer_totals.sql": CUSTOMER_TOTALS_SQL,
+            "old_totals.sql": CUSTOMER_TOTALS_SQL,
+            "orders_copy.sql": ORDERS_COPY_SQL,
+        }
+
+    def test_warned_then_collected(self, project: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        from pathlib import Path
+
+        from dbt_ivm import cli
+
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        _, logs = run_dbt_and_capture(["run"])
+        assert "no enabled model of this project builds it" not in logs
+        (Path(project.project_root) / "models" / "old_totals.sql").unlink()
+        _, logs = run_dbt_and_capture(["run"])  # two stream-table models run: one warning
+        warning = (
+            f"stream table {project.test_schema}.old_totals is registered in {CATALOG} but no enabled model"
+        )
+        assert logs.count(warning) == 1, logs
+        assert "dbt-ivm drop" in logs
+        assert is_registered(project, "old_totals")
+
+        credentials = project.adapter.config.credentials
+        dsn = (
+            f"host={credentials.host} port={credentials.port} user={credentials.user} "
+            f"dbname={credentials.database} password={credentials.password}"
+        )
+        manifest = str(Path(project.project_root) / "target" / "manifest.json")
+        assert cli.main(["gc", "--dsn", dsn, "--manifest", manifest]) == 0
+        out = capsys.readouterr().out
+        assert f"unregistered {project.test_schema}.old_totals: no enabled model" in out, out
+        assert not is_registered(project, "old_totals") and relation_kind(project, "old_totals") == "table"
+        assert is_registered(project, "customer_totals") and is_registered(project, "orders_copy")
+        _, logs = run_dbt_and_capture(["run"])
+        assert "no enabled model of this project builds it" not in logs

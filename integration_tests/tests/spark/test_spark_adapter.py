@@ -12,7 +12,7 @@ import pytest
 from dbt.adapters.ivm_spark import IvmSparkAdapter, IvmSparkCredentials, Plugin
 from dbt.include import ivm
 from dbt.tests.adapter.basic.test_base import BaseSimpleMaterializations
-from dbt.tests.util import get_artifact, read_file, run_dbt, write_file
+from dbt.tests.util import get_artifact, read_file, run_dbt, run_dbt_and_capture, write_file
 
 from dbt_ivm.spark.iceberg import current_version
 
@@ -343,3 +343,9 @@ class TestRunsReadLikeDbtModels(OverPeopleSource):
         )
         failed = run_dbt(["run", "--select", "later"], expect_pass=False).results[0]
         assert "contract" in failed.message.lower() and "data type mismatch" in failed.message, failed.message
+        write_file(yml, project.project_root, "models", "schema.yml")
+
+        # A stream-table model deleted from the project: the next run warns about its registration.
+        (Path(project.project_root) / "models" / "named.sql").unlink()
+        _, logs = run_dbt_and_capture(["run", "--select", "later"])
+        assert f"stream table {s}.named is registered in dbt_ivm but no enabled model" in logs, logs

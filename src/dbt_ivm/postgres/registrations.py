@@ -104,6 +104,14 @@ def _try_lock(db: Db, key: str) -> bool:
     return bool(db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (key,)))
 
 
+def registered_relations(db: Db, catalog: str) -> list[tuple[str, str, str]]:
+    """Every registration's (stream table, schema, table)."""
+    if not catalog_exists(db, catalog):
+        return []
+    rows = db.rows(f"SELECT stream_table, schema_name, table_name FROM {qn(catalog, 'stream_tables')}")
+    return [(str(key), str(schema), str(table)) for key, schema, table in rows]
+
+
 def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
     """Every registered stream table, whether its table exists, and the changes waiting for it."""
     if not catalog_exists(db, catalog):

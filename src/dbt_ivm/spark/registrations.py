@@ -96,6 +96,13 @@ def _pending(spark: Any, found: registry.Registration) -> dict[str, int | None]:
     return pending
 
 
+def registered_relations(spark: Any, catalog: str) -> list[tuple[str, str, str]]:
+    """Every registration's (stream table, schema, table)."""
+    if not catalog_exists(spark, catalog):
+        return []
+    return [(r.stream_table, r.schema_name, r.table_name) for r in _registrations(spark, catalog)]
+
+
 def list_registrations(spark: Any, catalog: str) -> list[StreamTableStatus]:
     """Every registered stream table, whether its table exists, and the changes waiting for it."""
     if not catalog_exists(spark, catalog):
