@@ -1,9 +1,9 @@
 """The refresh lifecycle, written once for every backend.
 
 One run of a stream table decides between five things: CREATE it (no table or no registration),
-REBUILD it (--full-refresh, a changed query under on_configuration_change='apply', an interrupted
-rebuild), FAIL (a changed query under 'fail'), CONTINUE maintaining the registered query (a changed
-query under 'continue'), or REFRESH it. A refresh is SKIP, DIFFERENTIAL or FULL; why it is FULL is
+REBUILD it (--full-refresh, a changed query, an interrupted rebuild), FAIL (a changed stream-table
+config such as refresh_mode under on_configuration_change='fail'), CONTINUE with the registered config
+(a changed config under 'continue'), or REFRESH it (with a changed config under 'apply'). A refresh is SKIP, DIFFERENTIAL or FULL; why it is FULL is
 decided here too (`full_reason`), before the backend adds what only it can know (a truncated
 source, a source without change history, a batch over AUTO's threshold or dearer applied than
 recomputed: `dbt_ivm.cost`). Every run, failed or not, leaves one history row with its duration.
@@ -15,14 +15,16 @@ write a history row. The engine's planner, delta rules and renderers are shared 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, cast
 
+from dbt_ivm import run_settings
 from dbt_ivm.errors import IvmError
-from dbt_ivm.spec import RefreshResult, StreamTableSpec
+from dbt_ivm.spec import RefreshMode, RefreshResult, StreamTableSpec
 
 
 def fingerprint(sql: str) -> str:
@@ -40,6 +42,8 @@ class Registered:
 
     defining_query: str
     fingerprint: str
+    refresh_mode: str = ""  # "": unknown (nothing to compare the model's with)
+    run_settings: str | dict[str, Any] | None = None  # the model's, as its last dbt run kept them
 
 
 class Backend(Protocol):
@@ -121,21 +125,40 @@ def _decide(backend: Backend, started: float) -> RefreshResult:
     interrupted = backend.interrupted_build(registered)
     if interrupted is not None:
         return backend.build(registered.defining_query, "REBUILD", interrupted, started)
-    if registered.fingerprint == fingerprint(spec.sql):
-        return backend.refresh(registered.defining_query, started)
-    if spec.on_configuration_change == "fail":
-        raise IvmError(
-            f"model {spec.model}: the defining query changed and on_configuration_change='fail'; "
-            "run with --full-refresh or set on_configuration_change='apply'"
-        )
-    if spec.on_configuration_change == "apply":
+    if registered.fingerprint != fingerprint(spec.sql):
         return backend.build(spec.sql, "REBUILD", "defining query changed", started)
+    changed = configuration_changes(spec, registered)
+    if changed and spec.on_configuration_change == "fail":
+        raise IvmError(
+            f"model {spec.model}: its configuration changed ({'; '.join(changed)}) and "
+            "on_configuration_change='fail'; run with --full-refresh to apply it, or set "
+            "on_configuration_change='apply'"
+        )
+    if changed and spec.on_configuration_change == "continue":
+        backend.spec = run_settings.applied(
+            dataclasses.replace(spec, refresh_mode=cast(RefreshMode, registered.refresh_mode)),
+            registered.run_settings,
+        )
     result = backend.refresh(registered.defining_query, started)
-    result.warnings.append(
-        f"model {spec.model}: the defining query changed; on_configuration_change='continue' keeps "
-        "maintaining the previous query until --full-refresh"
-    )
+    if changed and spec.on_configuration_change == "continue":
+        result.warnings.append(
+            f"model {spec.model}: its configuration changed ({'; '.join(changed)}); "
+            "on_configuration_change='continue' keeps the previous configuration until --full-refresh"
+        )
     return result
+
+
+def configuration_changes(spec: StreamTableSpec, registered: Registered) -> list[str]:
+    """What a dbt run's model config changes in the registered stream table (a refresh without dbt runs
+    with the registered config, so changes nothing).
+
+    >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", refresh_mode="full")
+    >>> configuration_changes(spec, Registered("select 1", "f", "auto"))
+    ["refresh_mode: 'auto' -> 'full'"]
+    """
+    if spec.initiated_by != run_settings.KEEPER or not registered.refresh_mode:
+        return []
+    return run_settings.changes(spec, registered.refresh_mode, registered.run_settings)
 
 
 def full_reason(

@@ -1,11 +1,11 @@
-"""The model's settings a refresh needs besides its query and mode, kept with its registration by each
-`dbt run`, so a refresh without dbt (`dbt-ivm refresh`, `dbt_ivm.spark.refresh`) behaves as `dbt run`
-would.
+"""The model's settings a refresh needs besides its query, kept with its registration by each `dbt run`,
+so a refresh without dbt (`dbt-ivm refresh`, `dbt_ivm.spark.refresh`) behaves as `dbt run` would; and
+what changed in them since (`changes`), which `on_configuration_change` applies, continues past or fails on.
 
 >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", notify_channel="c")
 >>> kept = encoded(of(spec))
 >>> kept
-'{"full_refresh_threshold": 0.5, "notify_channel": "c", "target_lag_seconds": null, "user_triggers": "auto"}'
+'{"full_refresh_threshold": 0.5, "notify_channel": "c", "refresh_mode": "auto", "target_lag_seconds": null, "user_triggers": "auto"}'
 >>> plain = StreamTableSpec(model="m", schema="s", name="m", sql="select 1")
 >>> applied(plain, kept).notify_channel
 'c'
@@ -17,7 +17,7 @@ import dataclasses
 import json
 from typing import Any, cast, get_args
 
-from dbt_ivm.spec import StreamTableSpec, UserTriggers
+from dbt_ivm.spec import RefreshMode, StreamTableSpec, UserTriggers
 
 # Who runs a refresh whose settings are the model's own (and so are kept): only dbt reads the config.
 KEEPER = "dbt"
@@ -27,6 +27,7 @@ def of(spec: StreamTableSpec) -> dict[str, Any]:
     return {
         "full_refresh_threshold": spec.full_refresh_threshold,
         "notify_channel": spec.notify_channel,
+        "refresh_mode": spec.refresh_mode,
         "target_lag_seconds": spec.target_lag_seconds,
         "user_triggers": spec.user_triggers,
     }
@@ -58,8 +59,10 @@ def applied(spec: StreamTableSpec, kept: str | dict[str, Any] | None) -> StreamT
         return spec
     values = json.loads(kept) if isinstance(kept, str) else kept
     triggers = values.get("user_triggers", spec.user_triggers)
+    mode = values.get("refresh_mode", spec.refresh_mode)
     return dataclasses.replace(
         spec,
+        refresh_mode=cast(RefreshMode, mode if mode in get_args(RefreshMode) else spec.refresh_mode),
         full_refresh_threshold=float(values.get("full_refresh_threshold", spec.full_refresh_threshold)),
         notify_channel=values.get("notify_channel", spec.notify_channel),
         target_lag_seconds=values.get("target_lag_seconds", spec.target_lag_seconds),
@@ -67,3 +70,23 @@ def applied(spec: StreamTableSpec, kept: str | dict[str, Any] | None) -> StreamT
             UserTriggers, triggers if triggers in get_args(UserTriggers) else spec.user_triggers
         ),
     )
+
+
+def changes(spec: StreamTableSpec, refresh_mode: str, kept: str | dict[str, Any] | None) -> list[str]:
+    """The model's settings that differ from those its registration holds (`refresh_mode` and `kept`),
+    each as `name: old -> new`; a setting kept by no earlier run is not a change.
+
+    >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", refresh_mode="full")
+    >>> changes(spec, "auto", '{"full_refresh_threshold": 0.2, "notify_channel": null}')
+    ["refresh_mode: 'auto' -> 'full'", 'full_refresh_threshold: 0.2 -> 0.5']
+    """
+    found = (
+        [f"refresh_mode: {refresh_mode!r} -> {spec.refresh_mode!r}"]
+        if refresh_mode != spec.refresh_mode
+        else []
+    )
+    stored = (json.loads(kept) if isinstance(kept, str) else kept) or {}
+    for name, value in of(spec).items():
+        if name != "refresh_mode" and name in stored and stored[name] != value:
+            found.append(f"{name}: {stored[name]!r} -> {value!r}")
+    return found

@@ -1,4 +1,4 @@
-"""A stream table's life: create, refresh, --full-refresh, a changed defining query, a dropped table."""
+"""A stream table's life: create, refresh, --full-refresh, a changed defining query or config, a dropped table."""
 
 from __future__ import annotations
 
@@ -54,15 +54,48 @@ def test_changed_query_is_applied(shop: Any) -> None:
     assert refresh_and_check(shop, "totals", TOTALS_V2).action == "DIFFERENTIAL"
 
 
-def test_changed_query_fails_or_continues_on_request(shop: Any) -> None:
-    with pytest.raises(IvmError, match="totals"):
-        refresh(shop, "totals", TOTALS_V2, on_configuration_change="fail")
-    assert_matches_query(shop, "public", "totals", TOTALS)
+def test_a_changed_query_rebuilds_whatever_on_configuration_change(shop: Any) -> None:
+    result = refresh_and_check(shop, "totals", TOTALS_V2, on_configuration_change="fail")
+    assert (result.action, result.reason) == ("REBUILD", "defining query changed")
+    result = refresh_and_check(shop, "totals", TOTALS, on_configuration_change="continue")
+    assert (result.action, result.reason) == ("REBUILD", "defining query changed")
+
+
+def test_a_changed_config_fails_continues_or_applies(shop: Any) -> None:
+    """on_configuration_change with dbt's meaning: a stream-table config (here refresh_mode and
+    full_refresh_threshold) that differs from the registered one fails the run, is kept as registered
+    with a warning, or is applied and registered."""
+    registered_mode = "SELECT refresh_mode FROM dbt_ivm.stream_tables WHERE stream_table = 'public.totals'"
+    with pytest.raises(IvmError, match=r"refresh_mode: 'auto' -> 'full'.*on_configuration_change='fail'"):
+        refresh(shop, "totals", TOTALS, refresh_mode="full", on_configuration_change="fail")
     execute(shop, "INSERT INTO orders VALUES (4, 'c', 5)")
-    kept = refresh(shop, "totals", TOTALS_V2, on_configuration_change="continue")
-    assert kept.action == "DIFFERENTIAL" and kept.warnings
-    # Still the previous query, maintained.
-    assert_matches_query(shop, "public", "totals", TOTALS)
+    kept = refresh_and_check(
+        shop,
+        "totals",
+        TOTALS,
+        refresh_mode="full",
+        full_refresh_threshold=0.9,
+        on_configuration_change="continue",
+    )
+    assert kept.action == "DIFFERENTIAL", kept.summary()  # still 'auto', as registered
+    assert "full_refresh_threshold: 0.5 -> 0.9" in kept.warnings[0], kept.warnings
+    assert "keeps the previous configuration" in kept.warnings[0]
+    assert value(shop, registered_mode) == "auto"
+    execute(shop, "INSERT INTO orders VALUES (5, 'c', 6)")
+    applied = refresh_and_check(shop, "totals", TOTALS, refresh_mode="full")
+    assert (applied.action, applied.reason) == ("FULL", "refresh_mode='full'") and not applied.warnings
+    assert value(shop, registered_mode) == "full"
+    # Registered now: no change left to refuse.
+    execute(shop, "DELETE FROM orders WHERE id = 5")
+    assert (
+        refresh_and_check(shop, "totals", TOTALS, refresh_mode="full", on_configuration_change="fail").action
+        == "FULL"
+    )
+    # And back to auto: capture is reinstalled and the table is maintained differentially again.
+    execute(shop, "DELETE FROM orders WHERE id = 4")
+    refresh_and_check(shop, "totals", TOTALS)
+    execute(shop, "INSERT INTO orders VALUES (6, 'a', 1)")
+    assert refresh_and_check(shop, "totals", TOTALS).action == "DIFFERENTIAL"
 
 
 def test_a_dropped_table_is_created_again(shop: Any) -> None:

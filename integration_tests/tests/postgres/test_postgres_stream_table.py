@@ -216,7 +216,8 @@ def totals_model(setting: str) -> str:
 
 
 class TestOnConfigurationChange:
-    """The models' SQL changes after the first run; what the next run does depends on on_configuration_change.
+    """dbt's meaning of on_configuration_change: a changed query always rebuilds; a changed
+    stream-table config (here refresh_mode) is applied, kept as registered with a warning, or fails.
 
     One model per setting, in one project, so one `dbt run` exercises all three.
     """
@@ -236,39 +237,48 @@ class TestOnConfigurationChange:
         query = customer_totals_query(project)
         return query.replace("group by", "where amount > 15 group by") if filtered else query
 
-    def test_changed_sql(self, project: Any) -> None:
-        run_dbt(["seed"])
-        run_dbt(["run"])
+    def edit_models(self, project: Any, old: str, new: str) -> None:
         for setting in self.settings:
             original = get_model_file(project, f"{setting}_totals")
-            set_model_file(
-                project, f"{setting}_totals", original.replace("group by", "where amount > 15 group by")
-            )
+            set_model_file(project, f"{setting}_totals", original.replace(old, new))
 
+    def test_changed_sql_and_changed_config(self, project: Any) -> None:
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        # A changed query: rebuilt, whatever the setting.
+        self.edit_models(project, "group by", "where amount > 15 group by")
+        results = run_dbt(["run"])
+        for result in results.results:
+            assert result.adapter_response["code"] == "REBUILD", result.node.name
+            assert differences(project, result.node.name, self.query(project, filtered=True)) == 0
+
+        # A changed config.
+        self.edit_models(
+            project, "materialized='stream_table'", "materialized='stream_table', refresh_mode='full'"
+        )
+        project.run_sql(f'insert into "{project.test_schema}"."orders" values (4, 3, 40)')
         results, logs = run_dbt_and_capture(["run"], expect_pass=False)
         by_model = {result.node.name: result for result in results.results}
-
-        # apply: rebuilt with the new query
-        assert by_model["apply_totals"].adapter_response["code"] == "REBUILD"
+        # apply: refreshed as refresh_mode='full' from now on
+        assert by_model["apply_totals"].adapter_response["code"] == "FULL"
         assert differences(project, "apply_totals", self.query(project, filtered=True)) == 0
-
-        # continue: a warning, and the previous query is still what is maintained
-        assert "continue_totals" in logs and "on_configuration_change='continue'" in logs
+        # continue: a warning naming the change, and the registered mode still refreshes it
+        assert "refresh_mode: 'auto' -> 'full'" in logs and "on_configuration_change='continue'" in logs
         assert "model continue_totals: model continue_totals" not in logs  # named once
-        assert by_model["continue_totals"].adapter_response["code"] != "REBUILD"
-        assert differences(project, "continue_totals", self.query(project, filtered=False)) == 0
-
-        # fail: an error naming the model; the table is left as it was
+        assert by_model["continue_totals"].adapter_response["code"] == "DIFFERENTIAL"
+        assert differences(project, "continue_totals", self.query(project, filtered=True)) == 0
+        # fail: an error naming the model and the change; the table is left as it was
         failed = by_model["fail_totals"]
         assert failed.status == "error"
-        assert "fail_totals" in failed.message
+        assert "fail_totals" in failed.message and "refresh_mode: 'auto' -> 'full'" in failed.message
         assert "on_configuration_change='fail'" in failed.message
-        assert differences(project, "fail_totals", self.query(project, filtered=False)) == 0
+        assert differences(project, "fail_totals", self.query(project, filtered=True)) > 0
 
-        # --full-refresh takes the new query whatever the setting.
+        # --full-refresh applies the config whatever the setting; later runs have nothing to refuse.
         run_dbt(["run", "--full-refresh"])
-        for setting in self.settings:
-            assert differences(project, f"{setting}_totals", self.query(project, filtered=True)) == 0
+        results = run_dbt(["run"])
+        for result in results.results:
+            assert differences(project, result.node.name, self.query(project, filtered=True)) == 0
 
 
 DOCS_SCHEMA_YML = """

@@ -127,13 +127,13 @@ def save(db: Db, catalog: str, values: dict[str, Any]) -> None:
     )
 
 
-def keep_run_settings(db: Db, catalog: str, stream_table: str, settings: str) -> None:
-    """Store the model's run settings (JSON, dbt_ivm.run_settings) with its registration; a write only
-    when they changed."""
+def keep_run_settings(db: Db, catalog: str, stream_table: str, settings: str, refresh_mode: str) -> None:
+    """Store the model's run settings (JSON, dbt_ivm.run_settings) and refresh mode with its
+    registration; a write only when they changed."""
     db.execute(
-        f"UPDATE {qn(catalog, 'stream_tables')} SET run_settings = %s::jsonb "
-        "WHERE stream_table = %s AND run_settings IS DISTINCT FROM %s::jsonb",
-        (settings, stream_table, settings),
+        f"UPDATE {qn(catalog, 'stream_tables')} SET run_settings = %s::jsonb, refresh_mode = %s "
+        "WHERE stream_table = %s AND (run_settings IS DISTINCT FROM %s::jsonb OR refresh_mode <> %s)",
+        (settings, refresh_mode, stream_table, settings, refresh_mode),
     )
 
 

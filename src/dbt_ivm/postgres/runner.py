@@ -235,10 +235,11 @@ def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult
     backend = PostgresBackend(db, spec)
     result = lifecycle.run(backend)
     # What a refresh without dbt needs of the model's config (no statement when it is stored already).
+    # backend.spec: the registered config when on_configuration_change='continue' kept it.
     known = backend._registered.run_settings if backend._registered is not None else None
-    settings = run_settings.to_keep(spec, known)
+    settings = run_settings.to_keep(backend.spec, known)
     if settings is not None:
-        registry.keep_run_settings(db, spec.catalog_schema, _key(spec), settings)
+        registry.keep_run_settings(db, spec.catalog_schema, _key(spec), settings, backend.spec.refresh_mode)
     return result
 
 
@@ -256,7 +257,11 @@ class PostgresBackend:
 
     def registered(self) -> lifecycle.Registered | None:
         found = self._registered = registry.lookup(self.db, self.spec.catalog_schema, _key(self.spec))
-        return None if found is None else lifecycle.Registered(found.defining_query, found.fingerprint)
+        if found is None:
+            return None
+        return lifecycle.Registered(
+            found.defining_query, found.fingerprint, found.refresh_mode, found.run_settings
+        )
 
     def table_exists(self) -> bool:
         return bool(self.db.value("SELECT to_regclass(%s) IS NOT NULL", (_relation(self.spec),)))

@@ -149,13 +149,13 @@ def save(spark: Any, catalog: str, registration: Registration) -> None:
         spark.catalog.dropTempView(view)
 
 
-def keep_run_settings(spark: Any, catalog: str, stream_table: str, settings: str) -> None:
-    """Store the model's run settings (JSON, dbt_ivm.run_settings) with its registration."""
+def keep_run_settings(spark: Any, catalog: str, stream_table: str, settings: str, refresh_mode: str) -> None:
+    """Store the model's run settings (JSON, dbt_ivm.run_settings) and refresh mode with its registration."""
     relation = table(catalog, "stream_tables")
     _retry(
         lambda: spark.sql(
-            f"UPDATE {relation} SET run_settings = '{_escape(settings)}' "
-            f"WHERE stream_table = '{_escape(stream_table)}'"
+            f"UPDATE {relation} SET run_settings = '{_escape(settings)}', "
+            f"refresh_mode = '{_escape(refresh_mode)}' WHERE stream_table = '{_escape(stream_table)}'"
         )
     )
 

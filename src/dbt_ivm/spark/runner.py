@@ -180,7 +180,8 @@ def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
         with session_conf.overridden(spark, session_conf.CONSTRAINT_PROPAGATION, "false"):
             backend = SparkBackend(spark, spec, views)
             result = lifecycle.run(backend)
-        _keep_run_settings(spark, spec, backend._registration, result)
+        # backend.spec: the registered config when on_configuration_change='continue' kept it.
+        _keep_run_settings(spark, backend.spec, backend._registration, result)
         return result
     except IvmError:
         raise
@@ -200,7 +201,7 @@ def _keep_run_settings(
     build saved them with the registration)."""
     settings = run_settings.to_keep(spec, known.run_settings if known is not None else None)
     if settings is not None and result.action not in ("CREATE", "REBUILD"):
-        registry.keep_run_settings(spark, spec.catalog_schema, _key(spec), settings)
+        registry.keep_run_settings(spark, spec.catalog_schema, _key(spec), settings, spec.refresh_mode)
 
 
 class SparkBackend:
@@ -219,7 +220,11 @@ class SparkBackend:
     def registered(self) -> lifecycle.Registered | None:
         self._registration = registry.lookup(self.spark, self.spec.catalog_schema, _key(self.spec))
         found = self._registration
-        return None if found is None else lifecycle.Registered(found.defining_query, found.fingerprint)
+        if found is None:
+            return None
+        return lifecycle.Registered(
+            found.defining_query, found.fingerprint, found.refresh_mode, found.run_settings
+        )
 
     def table_exists(self) -> bool:
         return bool(self.spark.catalog.tableExists(f"{self.spec.schema}.{self.spec.name}"))
