@@ -20,6 +20,7 @@ ENGINE_MODULES = [
     ),
     "dbt_ivm.cli",
     "dbt.adapters.ivm_postgres.stream_table_config",  # the adapters' shared config and messages
+    "dbt.adapters.ivm_postgres.indexes",
 ]
 
 

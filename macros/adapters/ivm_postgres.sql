@@ -5,6 +5,12 @@
 {% endmacro %}
 
 
+{#- dbt-postgres's `indexes` config against the stream table's indexes (see the materialization). -#}
+{% macro ivm_postgres__stream_table_index_changes(relation) %}
+  {{ return(adapter.ivm_index_changes(relation, config.get('indexes', []) or [])) }}
+{% endmacro %}
+
+
 {% macro ivm_postgres__stream_table_commit() %}
   {% do adapter.ivm_commit_open_transaction() %}
 {% endmacro %}

@@ -36,8 +36,15 @@
       {{ create_table_as(False, target_relation, sql) }}
     {%- endcall %}
   {%- else -%}
+    {%- set on_change = config.get('on_configuration_change', 'apply') -%}
+    {%- if existing_relation is not none and existing_relation.is_table and not should_full_refresh() -%}
+      {% do ivm_check_index_changes(target_relation, on_change) %}
+    {%- endif -%}
     {%- set result = adapter.dispatch('stream_table_run', 'dbt')(
           target_relation, sql, ivm_stream_table_config(), should_full_refresh()) -%}
+    {%- if result['action'] in ('CREATE', 'REBUILD') or on_change == 'apply' -%}
+      {% do ivm_apply_index_changes(target_relation) %}
+    {%- endif -%}
     {#- What `dbt run` prints (action, rows changed, seconds) and run_results' adapter_response;
         target/run holds the SQL the engine ran. -#}
     {% do store_result('main', response=result['response']) %}
@@ -85,6 +92,9 @@
       'incremental_strategy': 'every run applies exactly what changed in the sources',
       'on_schema_change': "a changed query or source rebuilds the table (the reason is logged)",
   } -%}
+  {%- if adapter.type() != 'ivm_postgres' -%}
+    {%- do why.update({'indexes': 'indexes are a PostgreSQL config'}) -%}
+  {%- endif -%}
   {%- for name, reason in why.items() -%}
     {%- if config.get(name) is not none -%}
       {% do exceptions.warn('stream table model ' ~ model.name ~ ': config ' ~ name ~ ' does not apply to '
@@ -110,6 +120,45 @@
   {%- for message in adapter.ivm_unused_registrations(invocation_id, catalog_schema, stream_tables, schemas) -%}
     {% do exceptions.warn(message) %}
   {%- endfor -%}
+{% endmacro %}
+
+
+{#-
+  The `indexes` config (dbt-postgres) of a stream table that exists: under on_configuration_change
+  'fail' a change fails the run before anything is refreshed, under 'continue' it is named in a
+  warning and the table keeps its indexes. 'apply' (and a new or rebuilt table) applies it after the run.
+-#}
+{% macro ivm_check_index_changes(relation, on_change) %}
+  {%- set changes = adapter.dispatch('stream_table_index_changes', 'dbt')(relation) -%}
+  {%- if changes['any'] and on_change == 'fail' -%}
+    {{ exceptions.raise_compiler_error('stream table model ' ~ model.name ~ ': its indexes config changed ('
+        ~ changes['described'] ~ ") and on_configuration_change='fail'; run with --full-refresh to apply "
+        ~ "it, or set on_configuration_change='apply'") }}
+  {%- elif changes['any'] and on_change == 'continue' -%}
+    {% do exceptions.warn('stream table model ' ~ model.name ~ ': its indexes config changed ('
+        ~ changes['described'] ~ "); on_configuration_change='continue' keeps the table's indexes until "
+        ~ '--full-refresh') %}
+  {%- endif -%}
+{% endmacro %}
+
+
+{% macro ivm_apply_index_changes(relation) %}
+  {%- set changes = adapter.dispatch('stream_table_index_changes', 'dbt')(relation) -%}
+  {%- for name in changes.get('drop', []) -%}
+    {% call statement('drop_index') -%}
+      {{ get_drop_index_sql(relation, name) }}
+    {%- endcall %}
+  {%- endfor -%}
+  {%- for index in changes.get('create', []) -%}
+    {% call statement('create_index') -%}
+      {{ get_create_index_sql(relation, index) }}
+    {%- endcall %}
+  {%- endfor -%}
+{% endmacro %}
+
+
+{% macro default__stream_table_index_changes(relation) %}
+  {{ return({'any': false}) }}
 {% endmacro %}
 
 

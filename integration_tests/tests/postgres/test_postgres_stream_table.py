@@ -626,3 +626,60 @@ class TestUnusedRegistrations:
         assert is_registered(project, "customer_totals") and is_registered(project, "orders_copy")
         _, logs = run_dbt_and_capture(["run"])
         assert "no enabled model of this project builds it" not in logs
+
+
+def indexed_model(indexes: str, setting: str) -> str:
+    return CUSTOMER_TOTALS_SQL.replace(
+        "materialized='stream_table'",
+        f"materialized='stream_table', indexes={indexes}, on_configuration_change='{setting}'",
+    )
+
+
+class TestIndexesConfig:
+    """dbt-postgres's `indexes` config on a stream table: created with the table, and a changed config
+    applied, kept with a warning, or refused, as on_configuration_change says; the engine's own indexes
+    are never touched."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {"indexed.sql": indexed_model("[{'columns': ['customer_id']}]", "fail")}
+
+    def indexes(self, project: Any) -> list[str]:
+        rows = project.run_sql(
+            "select indexdef from pg_indexes where schemaname = '{schema}' and tablename = 'indexed' order by 1",
+            fetch="all",
+        )
+        return [row[0].split(" USING ", 1)[1] for row in rows]
+
+    def test_created_then_changed(self, project: Any) -> None:
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        before = self.indexes(project)
+        assert "btree (customer_id)" in before, before
+        engine = [i for i in before if "__ivm_" in i]
+
+        changed = "[{'columns': ['order_count'], 'unique': False}]"
+        set_model_file(project, "indexed", indexed_model(changed, "fail"))
+        failed = only_result(run_dbt(["run"], expect_pass=False))
+        assert failed.status == "error" and "its indexes config changed" in failed.message, failed.message
+        assert "create btree index on (order_count)" in failed.message
+        assert "drop btree index on (customer_id)" in failed.message
+        assert self.indexes(project) == before
+
+        set_model_file(project, "indexed", indexed_model(changed, "continue"))
+        _, logs = run_dbt_and_capture(["run"])
+        assert "on_configuration_change='continue' keeps the table's indexes" in logs
+        assert self.indexes(project) == before
+
+        set_model_file(project, "indexed", indexed_model(changed, "apply"))
+        run_dbt(["run"])
+        after = self.indexes(project)
+        assert "btree (order_count)" in after and "btree (customer_id)" not in after, after
+        assert [i for i in after if "__ivm_" in i] == engine
+        assert differences(project, "indexed", customer_totals_query(project)) == 0
+        run_dbt(["run"])  # nothing left to change
+        assert self.indexes(project) == after
