@@ -319,3 +319,55 @@ def test_a_catalog_from_an_earlier_version_gains_the_invocation_column(shop: Any
         "WHERE stream_table LIKE '%customer_totals' ORDER BY refresh_id DESC LIMIT 2",
     )
     assert [tuple(r) for r in latest] == [("DIFFERENTIAL", "run-7"), ("CREATE", None)]
+
+
+def test_cli_with_odd_identifiers(pg_conn: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """status, refresh, history and drop name a stream table as `dbt-ivm status` shows it, quotes and
+    all; a name like the engine's own internals is just a name."""
+    from dbt_ivm.postgres.runner import run_stream_table
+    from dbt_ivm.spec import StreamTableSpec
+
+    execute(
+        pg_conn,
+        'CREATE SCHEMA "Odd schema"; CREATE TABLE "Odd schema"."__ivm_weight" (id int PRIMARY KEY, "select" int);'
+        'INSERT INTO "Odd schema"."__ivm_weight" VALUES (1, 5), (2, 50)',
+    )
+    name = '"Odd schema"."Big ""orders"" ü"'
+    spec = StreamTableSpec(
+        model="odd",
+        schema="Odd schema",
+        name='Big "orders" ü',
+        sql='SELECT id, "select" FROM "Odd schema"."__ivm_weight" WHERE "select" > 10',
+        refresh_mode="differential",
+    )
+    run_stream_table(pg_conn, spec)
+    execute(pg_conn, 'INSERT INTO "Odd schema"."__ivm_weight" VALUES (3, 70)')
+    assert cli.main(["status", "--dsn", pg_dsn, "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["stream_table"] == name and listed["pending"] == {"Odd schema.__ivm_weight": 1}
+    assert cli.main(["refresh", name, "--dsn", pg_dsn, "--json"]) == 0
+    (outcome,) = json.loads(capsys.readouterr().out)
+    assert (outcome["stream_table"], outcome["action"], outcome["rows_inserted"]) == (name, "DIFFERENTIAL", 1)
+    assert value(pg_conn, 'SELECT count(*) FROM "Odd schema"."Big ""orders"" ü"') == 2
+    assert cli.main(["history", name, "--dsn", pg_dsn, "--json"]) == 0
+    assert [h["action"] for h in json.loads(capsys.readouterr().out)] == ["DIFFERENTIAL", "CREATE"]
+    assert cli.main(["drop", name, "--dsn", pg_dsn]) == 0
+    capsys.readouterr()
+    assert registered(pg_conn) == []
+    assert value(pg_conn, 'SELECT to_regclass(\'"Odd schema"."Big ""orders"" ü"\')') is None
+
+
+def test_cli_as_a_role_without_catalog_privileges(
+    shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A role that may not read dbt-ivm's catalog gets PostgreSQL's reason, not a traceback."""
+    role = f"cli_reader_{value(shop, 'SELECT current_database()')}"
+    execute(shop, f'CREATE ROLE "{role}" LOGIN')
+    try:
+        dsn = f"{pg_dsn} user={role}"
+        for command in (["status"], ["history"], ["refresh"], ["gc"]):
+            assert cli.main([*command, "--dsn", dsn]) == 1, command
+            err = capsys.readouterr().err
+            assert err.startswith("dbt-ivm: ") and "permission denied" in err, (command, err)
+    finally:
+        execute(shop, f'DROP OWNED BY "{role}" CASCADE; DROP ROLE "{role}"')
