@@ -5,7 +5,7 @@ what changed in them since (`changes`), which `on_configuration_change` applies,
 >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", notify_channel="c")
 >>> kept = encoded(of(spec))
 >>> kept
-'{"full_refresh_threshold": 0.5, "notify_channel": "c", "refresh_mode": "auto", "target_lag_seconds": null, "user_triggers": "auto"}'
+'{"full_refresh_threshold": 0.5, "notify_channel": "c", "refresh_mode": "auto", "table_properties": {}, "target_lag_seconds": null, "user_triggers": "auto"}'
 >>> plain = StreamTableSpec(model="m", schema="s", name="m", sql="select 1")
 >>> applied(plain, kept).notify_channel
 'c'
@@ -28,6 +28,7 @@ def of(spec: StreamTableSpec) -> dict[str, Any]:
         "full_refresh_threshold": spec.full_refresh_threshold,
         "notify_channel": spec.notify_channel,
         "refresh_mode": spec.refresh_mode,
+        "table_properties": dict(spec.table_properties),
         "target_lag_seconds": spec.target_lag_seconds,
         "user_triggers": spec.user_triggers,
     }
@@ -66,6 +67,7 @@ def applied(spec: StreamTableSpec, kept: str | dict[str, Any] | None) -> StreamT
         full_refresh_threshold=float(values.get("full_refresh_threshold", spec.full_refresh_threshold)),
         notify_channel=values.get("notify_channel", spec.notify_channel),
         target_lag_seconds=values.get("target_lag_seconds", spec.target_lag_seconds),
+        table_properties=dict(values.get("table_properties", spec.table_properties)),
         user_triggers=cast(
             UserTriggers, triggers if triggers in get_args(UserTriggers) else spec.user_triggers
         ),
@@ -90,3 +92,14 @@ def changes(spec: StreamTableSpec, refresh_mode: str, kept: str | dict[str, Any]
         if name != "refresh_mode" and name in stored and stored[name] != value:
             found.append(f"{name}: {stored[name]!r} -> {value!r}")
     return found
+
+
+def dropped_properties(spec: StreamTableSpec, kept: str | dict[str, Any] | None) -> list[str]:
+    """Table properties the model's last kept config set and its config no longer does.
+
+    >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", table_properties={"a": "1"})
+    >>> dropped_properties(spec, '{"table_properties": {"a": "1", "b": "2"}}')
+    ['b']
+    """
+    stored = (json.loads(kept) if isinstance(kept, str) else kept) or {}
+    return sorted(set(stored.get("table_properties") or {}) - set(spec.table_properties))

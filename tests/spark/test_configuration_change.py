@@ -41,3 +41,34 @@ def test_a_changed_config_fails_continues_or_applies(spark: Any, spark_schema: s
     applied = refresh_and_check(spark, s, "totals", sql, "apply", refresh_mode="full")
     assert applied.action == "FULL" and not applied.warnings, applied.summary()
     assert registry.lookup(spark, f"{s}_ivm", f"{s}.totals").refresh_mode == "full"  # type: ignore[union-attr]
+
+
+def test_table_properties_follow_on_configuration_change(spark: Any, spark_schema: str) -> None:
+    """tblproperties: a change is refused, kept, or applied; a property dropped from the config is
+    unset from the table when applied."""
+    s = spark_schema
+    sql = TOTALS.format(s=s)
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1,'a',10),(2,'b',20)")
+    first = {"write.merge.mode": "merge-on-read", "dbt-ivm-test.owner": "team a"}
+    refresh_and_check(spark, s, "totals", sql, "create", table_properties=first)
+
+    def held() -> dict[str, str]:
+        return {str(k): str(v) for k, v in spark.sql(f"SHOW TBLPROPERTIES {s}.totals").collect()}
+
+    assert held()["dbt-ivm-test.owner"] == "team a"
+    second = {"write.merge.mode": "copy-on-write"}
+    with pytest.raises(IvmError, match=r"table_properties: .*on_configuration_change='fail'"):
+        run_stream_table(
+            spark, make_spec(s, "totals", sql, table_properties=second, on_configuration_change="fail")
+        )
+    spark.sql(f"INSERT INTO {s}.orders VALUES (3,'c',30)")
+    kept = refresh_and_check(
+        spark, s, "totals", sql, "continue", table_properties=second, on_configuration_change="continue"
+    )
+    assert kept.warnings and held()["write.merge.mode"] == "merge-on-read", kept.warnings
+    spark.sql(f"INSERT INTO {s}.orders VALUES (4,'d',40)")
+    applied = refresh_and_check(spark, s, "totals", sql, "apply", table_properties=second)
+    assert applied.action == "DIFFERENTIAL" and not applied.warnings, applied.summary()
+    properties = held()
+    assert properties["write.merge.mode"] == "copy-on-write" and "dbt-ivm-test.owner" not in properties

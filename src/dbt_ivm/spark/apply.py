@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,14 +132,24 @@ def create_table(
     return count_rows(spark, relation)
 
 
-def sync_properties(spark: Any, table: tuple[str, str], wanted: dict[str, str]) -> None:
+# Properties Iceberg keeps whatever the config says (unsetting them is refused or meaningless).
+KEPT_PROPERTIES = ("format-version",)
+
+
+def sync_properties(
+    spark: Any, table: tuple[str, str], wanted: dict[str, str], dropped: Sequence[str] = ()
+) -> None:
     """Set the model's table properties that the table does not hold (a config changed since it was
-    built); properties dropped from the config stay as they are."""
+    built), and unset those `dropped` from the config since its last run."""
     held = load_table(spark, table).properties()
     changed = {k: v for k, v in wanted.items() if held.get(k) != v}
     if changed:
         listed = ", ".join(f"{sql_string(k)}={sql_string(v)}" for k, v in changed.items())
         spark.sql(f"ALTER TABLE {quoted_name(table)} SET TBLPROPERTIES ({listed})")
+    gone = [k for k in dropped if k in held and k not in KEPT_PROPERTIES]
+    if gone:
+        listed = ", ".join(sql_string(k) for k in gone)
+        spark.sql(f"ALTER TABLE {quoted_name(table)} UNSET TBLPROPERTIES IF EXISTS ({listed})")
 
 
 def count_rows(spark: Any, *relations: exp.Expr) -> int:

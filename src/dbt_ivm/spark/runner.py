@@ -403,8 +403,9 @@ def _refresh(
     why_not = _columns_mismatch(spark, spec, compiled)
     if why_not is not None:
         return _build(backend, sql, "REBUILD", why_not, started)
-    if spec.table_properties:
-        spark_apply.sync_properties(spark, _parts(spec), spec.table_properties)
+    dropped = run_settings.dropped_properties(spec, registered.run_settings)
+    if spec.table_properties or dropped:
+        spark_apply.sync_properties(spark, _parts(spec), spec.table_properties, dropped)
     ends = _snapshots(spark, compiled.sources)
     frontier = None if stamp is None else stamp.frontier
     reason = _full_reason(spec, compiled, frontier, ends)
