@@ -20,6 +20,7 @@ from dbt.adapters.ivm_postgres.connections import (
 )
 from dbt.adapters.ivm_postgres.stream_table_config import (
     build_spec,
+    log_statements,
     naming_the_model,
     reporting_statements,
     result_fields,
@@ -147,9 +148,7 @@ class IvmPostgresAdapter(PostgresAdapter):
         """Create or refresh one stream table with the engine; the result's fields for Jinja."""
         from dbt_ivm.postgres.runner import run_stream_table
 
-        spec, statements = reporting_statements(
-            build_spec(relation, sql, config, full_refresh, model_name), logger.debug
-        )
+        spec, statements = reporting_statements(build_spec(relation, sql, config, full_refresh, model_name))
         self._commit_dbt_transaction()
         try:
             result = run_stream_table(self._engine_connection(), spec)
@@ -159,6 +158,8 @@ class IvmPostgresAdapter(PostgresAdapter):
         except psycopg2.Error as exc:
             self._discard_engine_connection()
             raise DbtDatabaseError(f"stream table model {model_name}: {str(exc).strip()}") from exc
+        finally:
+            log_statements(model_name, statements, logger.debug)
         logger.debug(f"stream table {relation}: {result.summary()}")
         for warning in result.warnings:
             logger.warning(naming_the_model(model_name, warning))

@@ -159,6 +159,7 @@ class IvmSparkAdapter(SparkAdapter):
         """Create or refresh one stream table with the engine; the result's fields for Jinja."""
         from dbt.adapters.ivm_postgres.stream_table_config import (
             build_spec,
+            log_statements,
             naming_the_model,
             reporting_statements,
             result_fields,
@@ -166,13 +167,13 @@ class IvmSparkAdapter(SparkAdapter):
 
         from dbt_ivm.spark.runner import run_stream_table
 
-        spec, statements = reporting_statements(
-            build_spec(relation, sql, config, full_refresh, model_name), logger.debug
-        )
+        spec, statements = reporting_statements(build_spec(relation, sql, config, full_refresh, model_name))
         try:
             result = run_stream_table(self.spark_session(), spec)
         except IvmError as exc:
             raise DbtRuntimeError(naming_the_model(model_name, str(exc))) from exc
+        finally:
+            log_statements(model_name, statements, logger.debug)
         logger.debug(f"stream table {relation}: {result.summary()}")
         for warning in result.warnings:
             logger.warning(naming_the_model(model_name, warning))
