@@ -63,7 +63,15 @@ def dbt_run(project: Path) -> None:
     from dbt.cli.main import dbtRunner
 
     result = dbtRunner().invoke(["run", "--project-dir", str(project), "--profiles-dir", str(project)])
-    assert result.success, result.exception or result.result
+    assert result.success, result.exception or _failed_models(result.result)
+
+
+def _failed_models(run: Any) -> Any:
+    """Each model that did not succeed, with dbt's message (what a failed run's summary says)."""
+    results = getattr(run, "results", None)
+    if not results:
+        return run
+    return [(r.node.name, str(r.status), r.message) for r in results if str(r.status) != "success"]
 
 
 def check(thrift: ThriftSql, queries: dict[str, str], context: str) -> None:
