@@ -37,7 +37,9 @@
     {%- endcall %}
   {%- else -%}
     {%- set on_change = config.get('on_configuration_change', 'apply') -%}
-    {%- if existing_relation is not none and existing_relation.is_table and not should_full_refresh() -%}
+    {#- Only 'fail' and 'continue' act before the run; 'apply' reads the indexes once, after it. -#}
+    {%- if on_change != 'apply' and existing_relation is not none and existing_relation.is_table
+          and not should_full_refresh() -%}
       {% do ivm_check_index_changes(target_relation, on_change) %}
     {%- endif -%}
     {%- set result = adapter.dispatch('stream_table_run', 'dbt')(
