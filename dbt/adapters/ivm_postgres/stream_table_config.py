@@ -204,15 +204,29 @@ def unused_registration_warnings(
     consequence: str,
 ) -> list[str]:
     """Once per dbt invocation and catalog schema: a warning per registered stream table that no
-    enabled model of the project builds (dbt_ivm.unused); `relations` lists the registrations."""
+    enabled model of the project builds (dbt_ivm.unused); `relations` lists the registrations. A
+    check that cannot read them warns so instead of failing the model:
+
+    >>> def unreadable() -> list[tuple[str, str, str]]:
+    ...     raise PermissionError("permission denied for table stream_tables")
+    >>> unused_registration_warnings("run-1", "dbt_ivm", Project.of([], []), unreadable, "")
+    ['could not look for stream tables in dbt_ivm that no model builds: permission denied for table stream_tables']
+    >>> unused_registration_warnings("run-1", "dbt_ivm", Project.of([], []), unreadable, "")
+    []
+    """
     with _unused_lock:
         if (invocation_id, catalog_schema) in _unused_checked:
             return []
         _unused_checked.add((invocation_id, catalog_schema))
+    try:
+        registered = relations()
+    except Exception as error:  # a warning's check must never fail the model that ran it
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return [f"could not look for stream tables in {catalog_schema} that no model builds: {reason}"]
     return [
         f"stream table {name} is registered in {catalog_schema} but no enabled model of this project "
         f"builds it (deleted, disabled or renamed): {consequence}. Unregister it with "
         f"`dbt-ivm drop {name} --keep-table` (or `dbt-ivm gc --manifest target/manifest.json`), or "
         "enable its model again"
-        for name in unused(relations(), project)
+        for name in unused(registered, project)
     ]

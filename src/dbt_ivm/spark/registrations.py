@@ -97,10 +97,12 @@ def _pending(spark: Any, found: registry.Registration) -> dict[str, int | None]:
 
 
 def registered_relations(spark: Any, catalog: str) -> list[tuple[str, str, str]]:
-    """Every registration's (stream table, schema, table)."""
-    if not catalog_exists(spark, catalog):
-        return []
-    return [(r.stream_table, r.schema_name, r.table_name) for r in _registrations(spark, catalog)]
+    """Every registration's (stream table, schema, table); read between this process's registry
+    commits (dbt's other threads may be committing while this runs)."""
+    with registry.COMMIT_LOCK:
+        if not catalog_exists(spark, catalog):
+            return []
+        return [(r.stream_table, r.schema_name, r.table_name) for r in _registrations(spark, catalog)]
 
 
 def list_registrations(spark: Any, catalog: str) -> list[StreamTableStatus]:

@@ -93,15 +93,16 @@ class Registration:
 
 # One registry commit at a time per process: dbt's threads share one session, and the embedded Hive
 # catalog (no metastore locks) can let one of two concurrent commits to a table silently replace the
-# other (a lost registration showed up as a second "first run" REBUILD).
-_COMMIT_LOCK = threading.Lock()
+# other (a lost registration showed up as a second "first run" REBUILD). A read that must not race
+# such a commit (the once-per-run scan of all registrations) takes it too.
+COMMIT_LOCK = threading.Lock()
 
 
 def _retry(action: Callable[[], T], attempts: int = 5) -> T:
     """Run an Iceberg write, retrying commit conflicts with other writers of the registry."""
     for attempt in range(attempts):
         try:
-            with _COMMIT_LOCK:
+            with COMMIT_LOCK:
                 return action()
         except Exception as error:  # py4j wraps the JVM's CommitFailedException / ValidationException
             text = str(error)
