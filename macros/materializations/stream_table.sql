@@ -79,6 +79,7 @@
       'notify_channel': config.get('notify_channel', none),
       'tblproperties': config.get('tblproperties', none),
       'target_lag': config.get('target_lag', none),
+      'schedule': config.get('schedule', none),
       'invocation_id': invocation_id,
   }) }}
 {% endmacro %}

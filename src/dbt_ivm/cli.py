@@ -232,6 +232,7 @@ def _list(args: argparse.Namespace) -> int:
                     "refreshed_at": r.refreshed_at.isoformat() if r.refreshed_at else None,
                     "staleness_seconds": r.staleness_seconds,
                     "target_lag_seconds": r.target_lag_seconds,
+                    "schedule": r.schedule,
                     "last_action": r.last_action,
                     "last_status": r.last_status,
                 }
@@ -250,7 +251,7 @@ def _list(args: argparse.Namespace) -> int:
             "PENDING CHANGES",
             "LAST REFRESH",
             "STALE FOR",
-            "LAG",
+            "SCHEDULE",
         )
         lines = [
             (
@@ -261,7 +262,7 @@ def _list(args: argparse.Namespace) -> int:
                 _pending_text(r.pending),
                 f"{r.last_action} {r.last_status}" if r.last_action else "never",
                 _duration(r.staleness_seconds),
-                _duration(r.target_lag_seconds),
+                r.schedule or (f"lag {_duration(r.target_lag_seconds)}" if r.target_lag_seconds else "-"),
             )
             for r in found
         ]
@@ -391,7 +392,7 @@ def _refresh_lines(outcomes: list[Any]) -> list[tuple[str, ...]]:
         if outcome.error is not None:
             lines.append((outcome.stream_table, "FAILED", "", outcome.error.splitlines()[0]))
         elif outcome.result is None:
-            lines.append((outcome.stream_table, "not due", "", "its target_lag has not passed"))
+            lines.append((outcome.stream_table, "not due", "", outcome.waiting or ""))
         else:
             r = outcome.result
             counts = f"+{r.rows_inserted} ~{r.rows_updated} -{r.rows_deleted} in {r.seconds:.3f}s"

@@ -5,7 +5,7 @@ what changed in them since (`changes`), which `on_configuration_change` applies,
 >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", notify_channel="c")
 >>> kept = encoded(of(spec))
 >>> kept
-'{"full_refresh_threshold": 0.5, "notify_channel": "c", "refresh_mode": "auto", "table_properties": {}, "target_lag_seconds": null, "user_triggers": "auto"}'
+'{"full_refresh_threshold": 0.5, "notify_channel": "c", "refresh_mode": "auto", "schedule": null, "table_properties": {}, "target_lag_seconds": null, "user_triggers": "auto"}'
 >>> plain = StreamTableSpec(model="m", schema="s", name="m", sql="select 1")
 >>> applied(plain, kept).notify_channel
 'c'
@@ -28,6 +28,7 @@ def of(spec: StreamTableSpec) -> dict[str, Any]:
         "full_refresh_threshold": spec.full_refresh_threshold,
         "notify_channel": spec.notify_channel,
         "refresh_mode": spec.refresh_mode,
+        "schedule": spec.schedule,
         "table_properties": dict(spec.table_properties),
         "target_lag_seconds": spec.target_lag_seconds,
         "user_triggers": spec.user_triggers,
@@ -67,6 +68,7 @@ def applied(spec: StreamTableSpec, kept: str | dict[str, Any] | None) -> StreamT
         full_refresh_threshold=float(values.get("full_refresh_threshold", spec.full_refresh_threshold)),
         notify_channel=values.get("notify_channel", spec.notify_channel),
         target_lag_seconds=values.get("target_lag_seconds", spec.target_lag_seconds),
+        schedule=values.get("schedule", spec.schedule),
         table_properties=dict(values.get("table_properties", spec.table_properties)),
         user_triggers=cast(
             UserTriggers, triggers if triggers in get_args(UserTriggers) else spec.user_triggers

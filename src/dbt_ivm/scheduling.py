@@ -3,7 +3,8 @@ refreshing them in dependency order so a stream table over another sees the othe
 same pass (`dbt-ivm refresh`; each backend lists its registrations and runs one refresh).
 
 A stream table with a `target_lag` is refreshed only once its last refresh is older than that; one
-without is refreshed on every call; named ones are refreshed whatever their lag.
+with a cron `schedule` once one of its fire times has passed since its last refresh; one with neither
+on every call; named ones whatever their lag or schedule.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dbt_ivm import cron
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 
 
@@ -25,10 +27,33 @@ class Registered:
     refreshed_at: dt.datetime | None
 
     def due(self, now: dt.datetime) -> bool:
-        lag = self.spec.target_lag_seconds
-        if lag is None or self.refreshed_at is None:
+        """Whether a refresh at `now` is due.
+
+        >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", schedule="0 6 * * *")
+        >>> last = dt.datetime(2026, 11, 25, 6, 0, 1, tzinfo=dt.timezone.utc)
+        >>> table = Registered("s.m", spec, (), last)
+        >>> table.due(last + dt.timedelta(hours=23)), table.due(last + dt.timedelta(hours=24))
+        (False, True)
+        """
+        if self.refreshed_at is None:
             return True
-        return (now - self.refreshed_at).total_seconds() >= lag
+        if self.spec.schedule is not None:
+            return cron.parse(self.spec.schedule).next_after(self.refreshed_at) <= _aware(now)
+        lag = self.spec.target_lag_seconds
+        return lag is None or (now - self.refreshed_at).total_seconds() >= lag
+
+    def waiting(self) -> str:
+        """Why a table that is not due waits."""
+        if self.spec.schedule is not None and self.refreshed_at is not None:
+            schedule = cron.parse(self.spec.schedule)
+            fire = schedule.next_after(self.refreshed_at)
+            return f"its schedule ({schedule.text}) next fires at {fire:%Y-%m-%d %H:%M %Z}"
+        return f"its target_lag ({self.spec.target_lag_seconds:g} s) has not passed"
+
+
+def _aware(moment: dt.datetime) -> dt.datetime:
+    """`moment`, a naive one taken as the process's local time (Spark returns those)."""
+    return moment if moment.tzinfo else moment.astimezone()
 
 
 def dependency_order(tables: Sequence[Registered]) -> list[Registered]:
@@ -63,6 +88,7 @@ class Outcome:
     stream_table: str
     result: RefreshResult | None = None  # None: not due, or failed
     error: str | None = None
+    waiting: str | None = None  # not due: why
 
 
 def refresh_in_order(
@@ -76,7 +102,7 @@ def refresh_in_order(
     outcomes = []
     for table in dependency_order(tables):
         if not named and not table.due(now):
-            outcomes.append(Outcome(table.stream_table))
+            outcomes.append(Outcome(table.stream_table, waiting=table.waiting()))
             continue
         try:
             outcomes.append(Outcome(table.stream_table, run(table.spec)))

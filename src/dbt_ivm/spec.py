@@ -37,6 +37,8 @@ class StreamTableSpec:
     table_properties: dict[str, str] = field(default_factory=dict)
     # `dbt-ivm refresh` refreshes the stream table once its data is older than this (None: every time).
     target_lag_seconds: float | None = None
+    # Or a cron expression (dbt_ivm.cron): refreshed once one of its fire times has passed since.
+    schedule: str | None = None
     # Called with each SQL statement the engine sends, before it runs (dbt's debug log and target/run).
     on_statement: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 

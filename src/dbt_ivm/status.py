@@ -24,6 +24,7 @@ class StreamTableStatus:
     target_lag_seconds: float | None = None  # the model's target_lag (dbt-ivm refresh)
     last_action: str | None = None  # the newest history row's action and status
     last_status: str | None = None
+    schedule: str | None = None  # or its cron schedule
 
     @property
     def pending_total(self) -> int | None:

@@ -1,5 +1,5 @@
 """`dbt-ivm refresh`: stream tables refreshed without dbt, from what the last run stored, in
-dependency order; target_lag decides which are due; --watch keeps going; the model's run settings
+dependency order; target_lag or a cron schedule decides which are due; --watch keeps going; the model's run settings
 (notify_channel here) hold as they do under dbt."""
 
 from __future__ import annotations
@@ -113,3 +113,38 @@ def test_watch_keeps_refreshing_until_stopped(shop: Any, pg_dsn: str) -> None:
     finally:
         watcher.terminate()
         watcher.wait(10)
+
+
+def test_a_cron_schedule_decides_when_a_refresh_is_due(
+    pg_conn: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
+        "INSERT INTO orders SELECT i, 'c' || (i % 4), i FROM generate_series(1, 20) i;",
+    )
+    refresh(pg_conn, "daily_totals", TOTALS, refresh_mode="differential", schedule="0 6 * * *")
+    execute(pg_conn, "INSERT INTO orders VALUES (21, 'c9', 5)")
+
+    # Refreshed just now: its next 06:00 UTC is ahead, so the pass leaves it, and says when.
+    assert cli.main(["refresh", "--dsn", pg_dsn]) == 0
+    out = capsys.readouterr().out
+    assert "not due" in out and "its schedule (0 6 * * * UTC) next fires at" in out, out
+    assert rows(pg_conn, "SELECT customer FROM daily_totals WHERE customer = 'c9'") == []
+    assert cli.main(["status", "--dsn", pg_dsn]) == 0
+    status = capsys.readouterr().out
+    assert "SCHEDULE" in status.splitlines()[0] and "0 6 * * *" in status, status
+
+    # Last refreshed two days ago: a fire time has passed since, so it is due.
+    execute(
+        pg_conn,
+        f"UPDATE {CATALOG}.stream_tables SET refreshed_at = refreshed_at - interval '2 days' "
+        "WHERE stream_table = 'public.daily_totals'",
+    )
+    assert cli.main(["refresh", "--dsn", pg_dsn, "--json"]) == 0
+    (done,) = json.loads(capsys.readouterr().out)
+    assert done["action"] == "DIFFERENTIAL", done
+    assert_matches_query(pg_conn, "public", "daily_totals", TOTALS, "after the scheduled refresh")
+    assert cli.main(["refresh", "--dsn", pg_dsn, "--json"]) == 0
+    (again,) = json.loads(capsys.readouterr().out)
+    assert again["action"] is None  # refreshed now: not due until the next 06:00

@@ -208,7 +208,7 @@ def test_cli_list(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) ->
         "REFRESH",
         "STALE",
         "FOR",
-        "LAG",
+        "SCHEDULE",
     ]
     lines = {line.split()[0]: line.split() for line in out[1:]}
     assert lines["public.big_orders"][1:5] == ["yes", "differential", "public.orders", "2"]

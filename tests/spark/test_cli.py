@@ -99,3 +99,23 @@ def test_drop_and_gc(
     code, out, _ = _run(capsys, "gc", *options)
     assert code == 0 and f"unregistered {s}.totals" in out
     assert registrations.list_registrations(spark, catalog) == []
+
+
+def test_a_cron_schedule_holds_a_refresh_back(
+    spark: Any, spark_schema: str, warehouse: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1,'a',10)")
+    refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "create", schedule="@yearly")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (2,'b',20)")
+    options = ("--spark-warehouse", warehouse, "--catalog-schema", f"{s}_ivm")
+
+    code, out, _ = _run(capsys, "status", *options, "--json")
+    assert code == 0 and json.loads(out)[0]["schedule"] == "@yearly", out
+    # Refreshed just now (Spark's naive local timestamps): the next 1 January is ahead.
+    code, out, _ = _run(capsys, "refresh", *options)
+    assert code == 0 and "not due" in out and "its schedule (0 0 1 1 * UTC) next fires at" in out, out
+    code, out, _ = _run(capsys, "refresh", *options, f"{s}.totals", "--json")
+    assert code == 0 and json.loads(out)[0]["action"] == "DIFFERENTIAL", out
+    assert_matches_query(spark, s, "totals", TOTALS.format(s=s), "after a named refresh")

@@ -16,6 +16,7 @@ from dbt.adapters.base.relation import BaseRelation
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt_common.exceptions import DbtRuntimeError
 
+from dbt_ivm import cron
 from dbt_ivm.spec import OnConfigurationChange, RefreshMode, RefreshResult, StreamTableSpec, UserTriggers
 from dbt_ivm.unused import Project, unused
 
@@ -72,6 +73,40 @@ def target_lag_seconds(model: str, value: Any) -> float | None:
     return seconds
 
 
+def schedule_of(model: str, schedule: Any, target_lag: Any) -> tuple[float | None, str | None]:
+    """(target_lag in seconds, cron expression) from the `schedule` and `target_lag` configs: a
+    `schedule` that reads as a duration is a target lag, anything else must be a cron expression.
+
+    >>> schedule_of("m", "5 minutes", None), schedule_of("m", None, 90)
+    ((300.0, None), (90.0, None))
+    >>> schedule_of("m", "0 6 * * mon-fri Europe/Paris", None)
+    (None, '0 6 * * mon-fri Europe/Paris')
+    >>> schedule_of("m", "0 25 * * *", None)
+    Traceback (most recent call last):
+    ...
+    dbt_common.exceptions.base.DbtRuntimeError: Runtime Error
+      model m: config schedule='0 25 * * *' is neither a duration ('5 minutes') nor a cron expression: cron hour field '25': values run from 0 to 23
+    """
+    if schedule is not None and target_lag is not None:
+        raise DbtRuntimeError(
+            f"model {model}: configs schedule={schedule!r} and target_lag={target_lag!r} both say when "
+            "`dbt-ivm refresh` refreshes it: keep one"
+        )
+    if schedule is None:
+        return target_lag_seconds(model, target_lag), None
+    if isinstance(schedule, int | float) or re.fullmatch(
+        r"\d+(?:\.\d+)?\s*[a-z]*", str(schedule).strip().lower()
+    ):
+        return target_lag_seconds(model, schedule), None
+    try:
+        return None, cron.parse(str(schedule)).text
+    except ValueError as error:
+        raise DbtRuntimeError(
+            f"model {model}: config schedule={schedule!r} is neither a duration ('5 minutes') nor a cron "
+            f"expression: {error}"
+        ) from error
+
+
 def build_spec(
     relation: BaseRelation, sql: str, config: dict[str, Any], full_refresh: bool, model_name: str
 ) -> StreamTableSpec:
@@ -79,6 +114,7 @@ def build_spec(
     if relation.schema is None or relation.identifier is None:
         raise DbtRuntimeError(f"model {model_name}: stream table relation {relation} has no schema or name")
     notify_channel = config.get("notify_channel")
+    lag, cron_schedule = schedule_of(model_name, config.get("schedule"), config.get("target_lag"))
     return StreamTableSpec(
         model=model_name,
         schema=relation.schema,
@@ -109,7 +145,8 @@ def build_spec(
         initiated_by="dbt",
         invocation_id=str(config["invocation_id"]) if config.get("invocation_id") else None,
         table_properties=_table_properties(model_name, config.get("tblproperties")),
-        target_lag_seconds=target_lag_seconds(model_name, config.get("target_lag")),
+        target_lag_seconds=lag,
+        schedule=cron_schedule,
     )
 
 

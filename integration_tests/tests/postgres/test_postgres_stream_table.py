@@ -579,6 +579,43 @@ class TestRunsReadLikeDbtModels:
         assert "text" in message and "data type mismatch" in message, failed.message
 
 
+class TestScheduleConfig:
+    """`schedule`: a cron expression is kept with the registration for `dbt-ivm refresh`; one that
+    cannot fire, or a schedule beside a target_lag, fails the model by name."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        def scheduled(config: str) -> str:
+            return CUSTOMER_TOTALS_SQL.replace(
+                "materialized='stream_table'", f"materialized='stream_table', {config}"
+            )
+
+        return {
+            "weekday_totals.sql": scheduled("schedule='0 6 * * mon-fri'"),
+            "never_totals.sql": scheduled("schedule='0 0 30 feb *'"),
+            "both_totals.sql": scheduled("schedule='@hourly', target_lag='5 minutes'"),
+        }
+
+    def test_kept_or_refused(self, project: Any) -> None:
+        run_dbt(["seed"])
+        run_dbt(["run", "--select", "weekday_totals"])
+        kept = project.run_sql(
+            f'select run_settings from "{CATALOG}"."stream_tables" '
+            "where stream_table = '{schema}.weekday_totals'",
+            fetch="one",
+        )[0]
+        assert kept["schedule"] == "0 6 * * mon-fri UTC" and kept["target_lag_seconds"] is None, kept
+        never = only_result(run_dbt(["run", "--select", "never_totals"], expect_pass=False))
+        assert "model never_totals: config schedule='0 0 30 feb *'" in never.message, never.message
+        assert "never fires" in never.message, never.message
+        both = only_result(run_dbt(["run", "--select", "both_totals"], expect_pass=False))
+        assert "model both_totals: configs schedule='@hourly' and target_lag='5 minutes'" in both.message
+
+
 class TestUnusedRegistrations:
     """A stream-table model deleted from the project leaves its table and registration (and its
     sources' capture): dbt run warns once per run, `dbt-ivm gc --manifest` unregisters it."""

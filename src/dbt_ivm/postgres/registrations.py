@@ -125,7 +125,7 @@ def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
         registered = db.rows(
             "SELECT s.stream_table, s.schema_name, s.table_name, s.refresh_mode, s.sources, s.frontier::text, "
             "s.refreshed_at, extract(epoch FROM now() - s.refreshed_at)::float8, "
-            "(s.run_settings ->> 'target_lag_seconds')::float8, h.action, h.status "
+            "(s.run_settings ->> 'target_lag_seconds')::float8, h.action, h.status, s.run_settings ->> 'schedule' "
             f"FROM {qn(catalog, 'stream_tables')} AS s LEFT JOIN LATERAL (SELECT action, status "
             f"FROM {qn(catalog, 'refresh_history')} WHERE stream_table = s.stream_table "
             "ORDER BY refresh_id DESC LIMIT 1) AS h ON true ORDER BY s.stream_table"
@@ -142,13 +142,24 @@ def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
             lag,
             action,
             status,
+            schedule,
         ) in registered:
             exists = bool(db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(schema, table),)))
             names = [str(s) for s in sources or []]
             pending = {s: _pending(db, catalog, buffers.get(s), frontier) for s in names}
             found.append(
                 StreamTableStatus(
-                    str(key), exists, str(mode), names, pending, refreshed_at, stale, lag, action, status
+                    str(key),
+                    exists,
+                    str(mode),
+                    names,
+                    pending,
+                    refreshed_at,
+                    stale,
+                    lag,
+                    action,
+                    status,
+                    schedule,
                 )
             )
     return found

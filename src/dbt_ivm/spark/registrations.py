@@ -127,6 +127,7 @@ def list_registrations(spark: Any, catalog: str) -> list[StreamTableStatus]:
                 settings.target_lag_seconds,
                 action,
                 status,
+                settings.schedule,
             )
         )
     return found
