@@ -1,14 +1,15 @@
 """How two relations' rows are matched on a stream table's row key, without trusting a hash alone.
 
 On PostgreSQL, key columns may be NULL, and ``a IS NOT DISTINCT FROM b`` cannot drive a hash join or
-an index scan. So the stream table stores ``__ivm_hash`` (hash_record_extended over the key, which
-hashes equal values equally, e.g. 1.0 and 1.00) with an index, and a match is
-``hash = hash AND every key column IS NOT DISTINCT FROM``: the hash finds candidates fast, the real
-key decides. Spark's ``<=>`` is itself a join key, so it needs no hash.
+an index scan. So the stream table has an index on the expression hash_record_extended over its key
+(which hashes equal values equally, e.g. 1.0 and 1.00), and a match is ``hash = hash AND every key
+column IS NOT DISTINCT FROM``: the hash finds candidates fast through the index, the real key
+decides. The hash is not stored: readers see only the model's columns. Rows being applied carry
+theirs as ``__ivm_hash``, computed once. Spark's ``<=>`` is itself a join key, so it needs no hash.
 
 >>> other = [exp.column("k", "r", quoted=True)]
 >>> match("t", ["k"], other, POSTGRES).sql("postgres")
-'"t"."__ivm_hash" = HASH_RECORD_EXTENDED(ROW("r"."k"), 0) AND "t"."k" IS NOT DISTINCT FROM "r"."k"'
+'HASH_RECORD_EXTENDED(ROW("t"."k"), 0) = HASH_RECORD_EXTENDED(ROW("r"."k"), 0) AND "t"."k" IS NOT DISTINCT FROM "r"."k"'
 >>> match("t", ["k"], other, SPARK).sql("spark")
 '`t`.`k` IS NOT DISTINCT FROM `r`.`k`'
 """
@@ -26,14 +27,14 @@ from dbt_ivm.sqltext import all_of, columns
 
 @dataclass(frozen=True)
 class Target:
-    """Where a stream table lives: the dialect its SQL is rendered in, and whether its rows store the
-    key hash ``__ivm_hash`` (PostgreSQL does, unless a key column's type has no hash function)."""
+    """Where a stream table lives: the dialect its SQL is rendered in, and whether its rows are found
+    through an index on their key's hash (PostgreSQL, unless a key column's type has no hash function)."""
 
     dialect: str
     hashes_keys: bool
 
     def hashed(self, key: Sequence[str]) -> bool:
-        """Do rows keyed by `key` store a hash? (Without a key there is one row: nothing to find.)"""
+        """Are rows keyed by `key` found by their hash? (Without a key there is one row: nothing to find.)"""
         return self.hashes_keys and bool(key)
 
 
@@ -48,14 +49,15 @@ def key_hash(expressions: Sequence[exp.Expr]) -> exp.Expr:
 
 
 def hash_column(key: Sequence[str], target: Target, table: str | None = None) -> list[exp.Expr]:
-    """The key hash as ``__ivm_hash`` over the key columns of `table`, where the target stores one."""
+    """The key hash as ``__ivm_hash`` over the key columns of `table` (rows to apply), where the
+    target finds rows by it."""
     if not target.hashed(key):
         return []
     return [exp.alias_(key_hash(columns(key, table)), HASH, quoted=True)]
 
 
 def with_hash(names: Sequence[str], key: Sequence[str], target: Target) -> list[str]:
-    """`names`, then ``__ivm_hash`` where the target stores the hash of `key`."""
+    """`names`, then ``__ivm_hash`` where rows to apply carry the hash of `key`."""
     return [*names, *([HASH] if target.hashed(key) else [])]
 
 
@@ -73,7 +75,8 @@ def match(
     parts: list[exp.Expr] = []
     if target.hashes_keys:
         found = other_hash.copy() if other_hash is not None else key_hash(other)
-        parts.append(exp.EQ(this=exp.column(HASH, stored_alias, quoted=True), expression=found))
+        stored = key_hash(columns(key_columns, stored_alias))  # the expression the table's index holds
+        parts.append(exp.EQ(this=stored, expression=found))
     for column, expression in zip(key_columns, other, strict=True):
         parts.append(
             exp.NullSafeEQ(this=exp.column(column, stored_alias, quoted=True), expression=expression.copy())
@@ -83,7 +86,7 @@ def match(
 
 def same_key(stored_alias: str, key_columns: Sequence[str], rows_alias: str, target: Target) -> exp.Expr:
     """`match` against rows (alias `rows_alias`) that carry the key columns under their own names, and
-    their key hash as ``__ivm_hash`` where the target stores one."""
+    their key hash as ``__ivm_hash`` where the target finds rows by it."""
     rows_hash = exp.column(HASH, rows_alias, quoted=True)
     return match(stored_alias, key_columns, columns(key_columns, rows_alias), target, rows_hash)
 

@@ -7,8 +7,9 @@ Three kinds of stream table:
   aggregate (MIN, MAX, HAVING …, see `Aggregate.recomputed`) keeps no state: its touched groups are
   recomputed from their rows.
 * ``keyed`` — a select/project/join over tables that all have primary keys; every result row is
-  identified by the primary keys of the source rows it came from (hidden ``__ivm_k*`` columns; NULL
-  for the missing partner of an outer join, which still leaves the row's key unique).
+  identified by the primary keys of the source rows it came from: the query's own column when it
+  selects a key column as it is, else a hidden ``__ivm_k*`` column (NULL for the missing partner of
+  an outer join, which still leaves the row's key unique).
 * ``multiset`` — anything else (a table without a primary key, a subquery in FROM, a set
   operation): identical rows may repeat; rows are identified by their values plus an ordinal
   ``__ivm_dup`` (1..n among identical rows).
@@ -22,6 +23,12 @@ Three kinds of stream table:
 >>> lay = layout_of(plan)
 >>> lay.kind, lay.key, lay.hidden
 ('aggregate', ('customer',), ('__ivm_count', '__ivm_a0_sum', '__ivm_a0_nn'))
+>>> customers = TableInfo("public", "customers", (Column("id", "int"), Column("name", "text")), ("id",))
+>>> plan = build_plan("SELECT o.id AS order_id, c.name FROM orders o JOIN customers c ON o.customer = c.name",
+...                   StaticCatalog([orders, customers]), "order_names")
+>>> lay = layout_of(plan)  # the order's key is a column of the query; the customer's is not
+>>> lay.kind, lay.key, lay.hidden
+('keyed', ('order_id', '__ivm_k1_1'), ('__ivm_k1_1',))
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from sqlglot import exp
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate, Plan, Project, Scan, items_of
+from dbt_ivm.reserved import internal_column
 
 Kind = Literal["aggregate", "keyed", "multiset"]
 COUNT = "__ivm_count"
@@ -74,10 +82,9 @@ def layout_of(plan: Plan) -> Layout:
     user = tuple(plan.names)
     if isinstance(plan, Aggregate):
         return _aggregate_layout(plan, user)
-    scans = keyed_scans(plan)
-    if scans is not None:
-        keys = tuple(key_column(s.position, i) for s in scans for i in range(1, len(s.table.primary_key) + 1))
-        return Layout("keyed", user, keys, keys)
+    if isinstance(plan, Project) and keyed_scans(plan) is not None:
+        keys = tuple(name for _, _, name in stored_keys(plan))
+        return Layout("keyed", user, tuple(k for k in keys if k not in user), keys)
     return Layout("multiset", user, (), user)
 
 
@@ -89,6 +96,18 @@ def keyed_scans(plan: Plan) -> tuple[Scan, ...] | None:
     if all(isinstance(i, Scan) and i.table.primary_key for i in items):
         return tuple(i for i in items if isinstance(i, Scan))
     return None
+
+
+def stored_keys(plan: Project) -> list[tuple[Scan, str, str]]:
+    """Each keyed scan's primary key columns (internal names) with the stream-table column that holds
+    them: the query's own output when it selects the key column as it is, else a hidden one."""
+    found = []
+    for scan in keyed_scans(plan) or ():
+        for index, pk in enumerate(scan.table.primary_key, 1):
+            column = exp.column(internal_column(scan.table, pk), scan.alias, quoted=True)
+            shown = next((o.name for o in plan.outputs if o.expression == column), None)
+            found.append((scan, internal_column(scan.table, pk), shown or key_column(scan.position, index)))
+    return found
 
 
 def _aggregate_layout(plan: Aggregate, user: tuple[str, ...]) -> Layout:

@@ -13,7 +13,7 @@ multiset row is identified by its values, so it never changes in place: DELETE a
 DELETE and UPDATE join the (small) rows table to the stream table (``DELETE ... USING``,
 ``UPDATE ... FROM``) rather than ``WHERE EXISTS``: the key match uses IS NOT DISTINCT FROM, which
 keeps PostgreSQL from turning a semi-join around, so EXISTS would scan the whole stream table where a
-join probes its ``__ivm_hash`` index once per row. Each rows/ops row matches at most one stored row,
+join probes the index on its key's hash once per row. Each rows/ops row matches at most one stored row,
 so the join never touches a row twice.
 """
 
@@ -26,7 +26,7 @@ from sqlglot import exp
 from dbt_ivm.apply.multiset import same_ordinal
 from dbt_ivm.apply.statements import STORED, assignments, weight_is
 from dbt_ivm.delta.terms import aliased
-from dbt_ivm.keys import Target, changed, same_key, same_values, with_hash
+from dbt_ivm.keys import Target, changed, same_key, same_values
 from dbt_ivm.layout import DUP, Layout
 from dbt_ivm.sqltext import all_of, columns
 
@@ -68,7 +68,6 @@ def keyed_dml(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: T
     """DELETE removed keys, UPDATE rows whose values changed, INSERT new keys (keyed/aggregate)."""
     match = same_key(STORED, layout.key, ROWS, target)
     delete = _delete(stream_table, rows, ROWS, match.copy())
-    # The hash is the key's: an update leaves it as it is.
     updates = assignments(layout.columns, ROWS)
     update = exp.Update(
         this=aliased(stream_table, STORED),
@@ -78,7 +77,7 @@ def keyed_dml(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: T
             this=all_of(weight_is(exp.GT, ROWS), match.copy(), changed(STORED, ROWS, layout.columns))
         ),
     )
-    inserted = with_hash(layout.columns, layout.key, target)
+    inserted = list(layout.columns)
     new_keys = (
         exp.select(*columns(inserted, ROWS))
         .from_(aliased(rows, ROWS))
@@ -91,7 +90,7 @@ def multiset_dml(layout: Layout, ops: exp.Expr, stream_table: exp.Table, target:
     """DELETE the ordinals that go, INSERT the ordinals that come (multiset layouts)."""
     delete = _delete(stream_table, ops, OPS, same_ordinal(layout, OPS, target))
     # Ordinals to insert were numbered past the current count (see multiset.ordinal_ops): all new.
-    inserted = with_hash([*layout.columns, DUP], layout.key, target)
+    inserted = [*layout.columns, DUP]
     new_ordinals = exp.select(*columns(inserted, OPS)).from_(aliased(ops, OPS)).where(weight_is(exp.GT, OPS))
     return ExplicitDml(delete, None, _insert(stream_table, inserted, new_ordinals))
 

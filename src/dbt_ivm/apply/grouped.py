@@ -23,8 +23,8 @@ from sqlglot import exp
 
 from dbt_ivm.apply.statements import STORED, delete_when, merge_into
 from dbt_ivm.delta.stream import GroupChange
-from dbt_ivm.keys import Target, key_hash
-from dbt_ivm.layout import COUNT, HASH
+from dbt_ivm.keys import Target
+from dbt_ivm.layout import COUNT
 
 CHANGE = "d"  # the change per group's alias in the MERGE
 
@@ -54,8 +54,6 @@ def group_merge(change: GroupChange, stream_table: exp.Table, target: Target) ->
     if layout.key:  # a global aggregate keeps its one row, even at count 0
         empty = exp.LTE(this=count.copy(), expression=exp.Literal.number(0))
         inserted = [without_stored(values[n]) for n in names]
-        if target.hashed(layout.key):
-            names, inserted = [*names, HASH], [*inserted, key_hash(change.group_keys(CHANGE))]
         insert = exp.Insert(
             this=exp.Tuple(expressions=[exp.column(n, quoted=True) for n in names]),
             expression=exp.Tuple(expressions=inserted),

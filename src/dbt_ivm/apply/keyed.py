@@ -8,14 +8,15 @@ each key keeps the row to write (+1, the new values) or, failing that, the row t
 >>> print(merge(layout, exp.to_table("rows"), exp.to_table("totals"), POSTGRES).sql("postgres", pretty=True))
 MERGE INTO totals AS "t"
 USING rows AS "r"
-ON "t"."__ivm_hash" = "r"."__ivm_hash" AND "t"."customer" IS NOT DISTINCT FROM "r"."customer"
+ON HASH_RECORD_EXTENDED(ROW("t"."customer"), 0) = "r"."__ivm_hash"
+AND "t"."customer" IS NOT DISTINCT FROM "r"."customer"
 WHEN MATCHED AND "r"."__ivm_weight" < 0 THEN DELETE
 WHEN MATCHED AND "r"."__ivm_weight" > 0 AND NOT (
   "t"."customer" IS NOT DISTINCT FROM "r"."customer"
   AND "t"."total" IS NOT DISTINCT FROM "r"."total"
   AND "t"."__ivm_count" IS NOT DISTINCT FROM "r"."__ivm_count"
 ) THEN UPDATE SET "customer" = "r"."customer", "total" = "r"."total", "__ivm_count" = "r"."__ivm_count"
-WHEN NOT MATCHED AND "r"."__ivm_weight" > 0 THEN INSERT ("customer", "total", "__ivm_count", "__ivm_hash") VALUES ("r"."customer", "r"."total", "r"."__ivm_count", "r"."__ivm_hash")
+WHEN NOT MATCHED AND "r"."__ivm_weight" > 0 THEN INSERT ("customer", "total", "__ivm_count") VALUES ("r"."customer", "r"."total", "r"."__ivm_count")
 """
 
 from __future__ import annotations
@@ -167,9 +168,8 @@ def _merge(
     insert_if: exp.Expr,
     span: KeySpan | None = None,
 ) -> exp.Merge:
-    # The hash is the key's: an update leaves it as it is.
     updates = assignments(layout.columns, ROWS)
-    inserted = with_hash(layout.columns, layout.key, target)
+    inserted = list(layout.columns)
     whens = [
         delete_when(delete_if),
         exp.When(matched=True, condition=update_if, then=exp.Update(expressions=updates)),

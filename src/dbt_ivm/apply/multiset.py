@@ -112,6 +112,6 @@ def same_ordinal(layout: Layout, alias: str, target: Target) -> exp.Expr:
 def merge(layout: Layout, ops: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Merge:
     """Delete the ordinals that go, insert the ordinals that come."""
     on = same_ordinal(layout, OPS, target)
-    inserted = with_hash([*layout.columns, DUP], layout.key, target)
+    inserted = [*layout.columns, DUP]
     whens = [delete_when(weight_is(exp.LT, OPS)), insert_when(weight_is(exp.GT, OPS), inserted, OPS)]
     return merge_into(stream_table, ops, OPS, on, whens)

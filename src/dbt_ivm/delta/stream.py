@@ -28,25 +28,20 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
 from dbt_ivm.keys import Target, match
-from dbt_ivm.layout import COUNT, Layout, key_column, keyed_scans
+from dbt_ivm.layout import COUNT, Layout, stored_keys
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Relation, TopK, children
-from dbt_ivm.reserved import internal_column
 from dbt_ivm.sqltext import WEIGHT
 
 GROUP_DELTA, STORED, NEW, ROWS = "__ivm_group_delta", "__ivm_stored", "__ivm_new", "__ivm_rows"
 
 
 def _key_projections(plan: Project) -> list[exp.Expr]:
-    scans = keyed_scans(plan) or ()
+    """The hidden key columns of a keyed projection (those its own outputs do not carry)."""
     return [
-        exp.alias_(
-            exp.column(internal_column(s.table, pk), s.alias, quoted=True),
-            key_column(s.position, i),
-            quoted=True,
-        )
-        for s in scans
-        for i, pk in enumerate(s.table.primary_key, 1)
+        exp.alias_(exp.column(pk, scan.alias, quoted=True), name, quoted=True)
+        for scan, pk, name in stored_keys(plan)
+        if name not in plan.names
     ]
 
 

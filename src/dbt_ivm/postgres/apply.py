@@ -14,8 +14,8 @@ from sqlglot import exp
 from dbt_ivm.apply import keyed, multiset
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.delta.terms import aliased
-from dbt_ivm.keys import POSTGRES, Target, hash_column
-from dbt_ivm.layout import DUP, HASH, Layout
+from dbt_ivm.keys import POSTGRES, Target, key_hash
+from dbt_ivm.layout import DUP, Layout
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.temp_names import unique
 from dbt_ivm.postgres.user_triggers import TriggerChoice, suppressed, write_keyed, write_multiset
@@ -80,21 +80,21 @@ GROUP_FILLFACTOR = 60  # percent of a page an aggregate stream table's rows fill
 
 
 def create_table(db: Db, table: exp.Table, layout: Layout, contents: Contents, target: Target) -> int:
-    """CREATE TABLE AS the contents, plus the key hash (and ordinals for repeated rows), indexed.
+    """CREATE TABLE AS the contents (plus ordinals for repeated rows), with an index on its key's hash.
 
     `target.hashes_keys` False: a key column's type has no hash function; rows are matched on the key alone."""
     extra: list[exp.Expr] = []
     if layout.kind == "multiset":
         ordinal = exp.Window(this=exp.RowNumber(), partition_by=columns(layout.columns, "c"))
         extra.append(exp.alias_(ordinal, DUP, quoted=True))
-    extra += hash_column(layout.key, target, "c")
     select = exp.select(*columns(layout.columns, "c"), *extra).from_(aliased(_relation(contents), "c"))
     # A group's row is updated in place by every change to the group: room on its page lets
     # PostgreSQL keep the new version there (a HOT update, no index entry), about 2× cheaper.
     storage = f" WITH (fillfactor = {GROUP_FILLFACTOR})" if layout.kind == "aggregate" else ""
     rows = db.execute(f"CREATE TABLE {table.sql(DIALECT)}{storage} AS {render(select, _text(contents))}")
     if target.hashed(layout.key):
-        db.execute(f"CREATE INDEX ON {table.sql(DIALECT)} ({_identifier(HASH)})")
+        # An index on the expression `keys.match` probes: rows are found by hash, nothing is stored.
+        db.execute(f"CREATE INDEX ON {table.sql(DIALECT)} (({key_hash(columns(layout.key)).sql(DIALECT)}))")
     # Statistics now, not when autovacuum gets round to it: the first refresh's MERGE must see that a
     # handful of keys is best found through the hash index.
     analyze(db, table)

@@ -42,6 +42,7 @@ import json
 from dataclasses import dataclass
 
 from dbt_ivm.catalog import TableInfo
+from dbt_ivm.layout import HASH
 from dbt_ivm.postgres import user_triggers
 from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TREE_SQL
 from dbt_ivm.postgres.db import Db
@@ -195,7 +196,8 @@ class _Explicit:
             return merge
         name = path.rows.removeprefix('"pg_temp".')
         # Only the columns and their types: no constraint or default of the stream table comes along.
-        columns = ", ".join(q(c) for c in path.columns)
+        # The rows' key hash is theirs alone (the stream table stores none).
+        columns = ", ".join(f"NULL::bigint AS {q(c)}" if c == HASH else q(c) for c in path.columns)
         definition = f"AS SELECT {columns}, NULL::bigint AS {q(WEIGHT)} FROM {self.relation} WITH NO DATA"
         return (
             f"IF {self.wanted()} THEN {_create_once(name, definition)} "

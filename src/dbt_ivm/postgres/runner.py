@@ -150,6 +150,8 @@ def _add_shape(db: Db, compiled: Compiled, types: dict[str, str]) -> None:
             "columns": [[c, types[c]] for c in layout.columns],
             "key": list(layout.key),
             "hashed": compiled.hashed,
+            # Rows are found through an index on the key's hash (before: a stored __ivm_hash column).
+            "key_lookup": "hash index",
         }
     )
 
@@ -169,12 +171,22 @@ def shape_change(registered: str, current: str) -> str | None:
     if not registered:
         return "the stream table was built by an earlier version of dbt-ivm"
     before, after = json.loads(registered), json.loads(current)
+    if before.get("key_lookup") != after.get("key_lookup"):
+        return (
+            "this version of dbt-ivm finds a stream table's rows through an index on their key's hash, "
+            "not a stored __ivm_hash column"
+        )
     old_columns, new_columns = dict(map(tuple, before["columns"])), dict(map(tuple, after["columns"]))
     changed = [
         f"{name} {old_columns.get(name, '(none)')} → {new_columns.get(name, '(none)')}"
         for name in list(old_columns) + [n for n in new_columns if n not in old_columns]
         if old_columns.get(name) != new_columns.get(name)
     ]
+    if changed and all(is_reserved(c.split(" ", 1)[0]) for c in changed):
+        return (
+            "this version of dbt-ivm keeps the stream table's bookkeeping columns differently "
+            f"({'; '.join(changed[:5])})"
+        )
     if changed:
         return f"the columns of its query or sources changed ({'; '.join(changed[:5])})"
     return "the row key of the stream table changed (a source's primary key or a key's hashability)"

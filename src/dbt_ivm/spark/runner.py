@@ -254,16 +254,19 @@ class SparkBackend:
 def _columns_mismatch(spark: Any, spec: StreamTableSpec, compiled: Compiled) -> str | None:
     """Why the stored table's columns cannot hold this query's rows (a column renamed or added by
     hand, a source column added under `select *`, bookkeeping columns of an earlier dbt-ivm)."""
-    expected = compiled.layout.columns if compiled.layout is not None else compiled.output_names
-    stored = [
-        f.name
-        for f in spark.table(f"{bt(spec.schema)}.{bt(spec.name)}").schema.fields
-        if f.name not in (DUP, HASH)
-    ]
+    layout = compiled.layout
+    expected = list(layout.columns if layout is not None else compiled.output_names)
+    if layout is None or layout.kind == "multiset":
+        expected.append(DUP)  # identical rows are told apart by an ordinal
+    fields = spark.table(f"{bt(spec.schema)}.{bt(spec.name)}").schema.fields
+    stored = [f.name for f in fields if f.name != HASH]
     # Spark resolves names without regard to case.
     if sorted(c.lower() for c in stored) == sorted(c.lower() for c in expected):
         return None
-    return f"the stream table's columns {stored} no longer match its query's {list(expected)}"
+    if sorted(c.lower() for c in stored if c != DUP) == sorted(c.lower() for c in expected if c != DUP):
+        now = "repeat (no key identifies them any more)" if DUP in expected else "are now identified by a key"
+        return f"the stream table's rows {now}: it is stored anew"
+    return f"the stream table's columns {stored} no longer match its query's {expected}"
 
 
 def _snapshots(spark: Any, sources: list[SparkTable]) -> dict[str, int]:
