@@ -130,38 +130,13 @@ def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
             f"FROM {qn(catalog, 'refresh_history')} WHERE stream_table = s.stream_table "
             "ORDER BY refresh_id DESC LIMIT 1) AS h ON true ORDER BY s.stream_table"
         )
-        for (
-            key,
-            schema,
-            table,
-            mode,
-            sources,
-            frontier,
-            refreshed_at,
-            stale,
-            lag,
-            action,
-            status,
-            schedule,
-        ) in registered:
+        # The columns after `frontier` are StreamTableStatus's fields after `pending`, in its order
+        # (refreshed_at, staleness, target_lag, last action and status, schedule).
+        for key, schema, table, mode, sources, frontier, *shown in registered:
             exists = bool(db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(schema, table),)))
             names = [str(s) for s in sources or []]
             pending = {s: _pending(db, catalog, buffers.get(s), frontier) for s in names}
-            found.append(
-                StreamTableStatus(
-                    str(key),
-                    exists,
-                    str(mode),
-                    names,
-                    pending,
-                    refreshed_at,
-                    stale,
-                    lag,
-                    action,
-                    status,
-                    schedule,
-                )
-            )
+            found.append(StreamTableStatus(str(key), exists, str(mode), names, pending, *shown))
     return found
 
 
