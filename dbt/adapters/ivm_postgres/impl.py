@@ -19,6 +19,7 @@ from dbt.adapters.ivm_postgres.connections import (
     connect_for_engine,
 )
 from dbt.adapters.ivm_postgres.stream_table_config import (
+    CatalogOfStreamTables,
     build_spec,
     log_statements,
     naming_the_model,
@@ -33,7 +34,7 @@ from dbt_ivm.errors import IvmError
 from dbt_ivm.unused import Project
 
 if TYPE_CHECKING:
-    import agate
+    pass
 
 logger = AdapterLogger("IvmPostgres")
 
@@ -52,7 +53,7 @@ order by a.attnum
 """
 
 
-class IvmPostgresAdapter(PostgresAdapter):
+class IvmPostgresAdapter(CatalogOfStreamTables, PostgresAdapter):
     ConnectionManager = IvmPostgresConnectionManager
     connections: IvmPostgresConnectionManager
 
@@ -78,11 +79,6 @@ class IvmPostgresAdapter(PostgresAdapter):
             adapter_version=import_module("dbt.adapters.ivm_postgres.__version__").version,
             model_adapter_details=cls._get_adapter_specific_run_info(config),
         )
-
-    @classmethod
-    def _catalog_filter_table(cls, table: agate.Table, used_schemas: Any) -> agate.Table:
-        filtered = super()._catalog_filter_table(table, used_schemas)
-        return filtered.where(lambda row: not str(row["column_name"] or "").startswith(HIDDEN_COLUMN_PREFIX))
 
     # -- engine connection ----------------------------------------------------------------------
 

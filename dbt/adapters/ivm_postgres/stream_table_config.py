@@ -8,13 +8,16 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, cast, get_args
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from dbt.adapters.base.relation import BaseRelation
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt_common.exceptions import DbtRuntimeError
+
+if TYPE_CHECKING:
+    import agate
 
 from dbt_ivm import cron
 from dbt_ivm.spec import OnConfigurationChange, RefreshMode, RefreshResult, StreamTableSpec, UserTriggers
@@ -267,3 +270,44 @@ def unused_registration_warnings(
         "enable its model again"
         for name in unused(registered, project)
     ]
+
+
+HIDDEN_COLUMN_PREFIX = "__ivm_"
+
+
+def stream_table_names(relation_configs: Iterable[Any]) -> set[tuple[str, str]]:
+    """(schema, table), case-folded, of the project's stream-table models among dbt's nodes."""
+    return {
+        (str(node.schema).casefold(), str(getattr(node, "alias", None) or node.name).casefold())
+        for node in relation_configs
+        if getattr(getattr(node, "config", None), "materialized", None) == "stream_table"
+    }
+
+
+def without_bookkeeping(catalog: agate.Table, stream_tables: set[tuple[str, str]]) -> agate.Table:
+    """The catalog without the engine's `__ivm_` columns of stream tables; every other relation (a
+    table or snapshot that selected them, a source that has such a column) keeps all of its own."""
+
+    def shown(row: Any) -> bool:
+        hidden = str(row["column_name"] or "").startswith(HIDDEN_COLUMN_PREFIX)
+        return (
+            not hidden
+            or (
+                str(row["table_schema"]).casefold(),
+                str(row["table_name"]).casefold(),
+            )
+            not in stream_tables
+        )
+
+    return catalog.where(shown)
+
+
+class CatalogOfStreamTables:
+    """Adapter mixin: `dbt docs generate` shows a stream table with the model's columns only."""
+
+    def get_filtered_catalog(
+        self, relation_configs: Iterable[Any], used_schemas: Any, relations: Any = None
+    ) -> tuple[agate.Table, list[Exception]]:
+        configs = list(relation_configs)
+        catalog, errors = super().get_filtered_catalog(configs, used_schemas, relations)  # type: ignore[misc]
+        return without_bookkeeping(catalog, stream_table_names(configs)), errors

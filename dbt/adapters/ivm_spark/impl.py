@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -12,6 +12,7 @@ from dbt.adapters.base.meta import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
 from dbt.adapters.contracts.relation import RelationConfig, RelationType
 from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.ivm_postgres.stream_table_config import CatalogOfStreamTables
 from dbt.adapters.ivm_spark.connections import (
     ADAPTER_TYPE,
     IvmSessionConnectionWrapper,
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 
 logger = AdapterLogger("IvmSpark")
 
-# Bookkeeping columns the engine adds to stream tables; dbt docs never show them.
-HIDDEN_COLUMN_PREFIX = "__ivm_"
 # An Iceberg table in a Hive metastore (Iceberg's SparkSessionCatalog): `SHOW TABLE EXTENDED` calls
 # its provider "hive"; its metastore parameters say what it is. Views say ICEBERG-VIEW.
 ICEBERG_TABLE_PARAMETER = re.compile(r"\btable_type=ICEBERG(?=[,\]\s])", re.IGNORECASE)
@@ -64,7 +63,7 @@ class IvmSparkConfig(SparkConfig):
         return merged
 
 
-class IvmSparkAdapter(SparkAdapter):
+class IvmSparkAdapter(CatalogOfStreamTables, SparkAdapter):
     ConnectionManager = IvmSparkConnectionManager
     connections: IvmSparkConnectionManager
     AdapterSpecificConfigs = IvmSparkConfig
@@ -105,11 +104,6 @@ class IvmSparkAdapter(SparkAdapter):
             else relation
             for relation in relations
         ]
-
-    def _get_columns_for_catalog(self, relation: BaseRelation) -> Iterable[dict[str, Any]]:
-        for column in super()._get_columns_for_catalog(relation):
-            if not str(column.get("column_name") or "").startswith(HIDDEN_COLUMN_PREFIX):
-                yield column
 
     # -- for the engine (method: session, or thrift with metastore_uris) ------------------------
 

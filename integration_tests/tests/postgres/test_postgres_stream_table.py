@@ -311,7 +311,12 @@ class TestStreamTableDocsGenerate:
 
     @pytest.fixture(scope="class")
     def models(self) -> dict[str, str]:
-        return {"source_totals.sql": SOURCE_TOTALS_SQL, "schema.yml": DOCS_SCHEMA_YML}
+        return {
+            "source_totals.sql": SOURCE_TOTALS_SQL,
+            "schema.yml": DOCS_SCHEMA_YML,
+            # A table that selected a stream table's bookkeeping (as `select *` from one would).
+            "copied.sql": "{{ config(materialized='table') }} select 1 as id, 2 as __ivm_count",
+        }
 
     def test_docs_generate(self, project: Any) -> None:
         run_dbt(["seed"])
@@ -331,6 +336,8 @@ class TestStreamTableDocsGenerate:
         # The catalog hides the engine's bookkeeping columns (if this layout has any) and nothing else.
         hidden = [c for c in all_columns(project, "source_totals") if c.startswith("__ivm_")]
         assert set(all_columns(project, "source_totals")) - set(hidden) == set(entry["columns"])
+        # Any other relation keeps every column it has, named like ours or not.
+        assert list(catalog["nodes"]["model.test.copied"]["columns"]) == ["id", "__ivm_count"]
 
 
 class TestStreamTableInvalidQuery:

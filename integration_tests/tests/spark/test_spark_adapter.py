@@ -52,6 +52,8 @@ HIDDEN_MODEL = "{{ config(materialized='table') }} select 1 as id, 7 as __ivm_we
 # A table over the seed that tests change by hand, as a source of stream tables.
 PEOPLE_SOURCE_MODEL = "{{ config(materialized='table') }} select id, name from {{ ref('people') }}"
 PARQUET_MODEL = "{{ config(materialized='table', file_format='parquet') }} select 1 as id"
+# A stream table with a hidden row count per group.
+NAME_COUNTS_MODEL = "{{ config(materialized='stream_table') }} select name, sum(id) as total from {{ ref('people') }} group by name"
 
 
 class TestIcebergByDefault:
@@ -67,6 +69,7 @@ class TestIcebergByDefault:
             "people_incremental.sql": INCREMENTAL_MODEL,
             "hidden.sql": HIDDEN_MODEL,
             "people_parquet.sql": PARQUET_MODEL,
+            "name_counts.sql": NAME_COUNTS_MODEL,
         }
 
     def describe(self, project: Any, name: str) -> dict[str, str]:
@@ -111,7 +114,10 @@ class TestIcebergByDefault:
         run_dbt(["docs", "generate"])
         catalog = json.loads((Path(project.project_root) / "target" / "catalog.json").read_text())
         nodes = {key.split(".")[-1]: node for key, node in catalog["nodes"].items()}
-        assert list(nodes["hidden"]["columns"]) == ["id"]
+        # Only a stream table's own bookkeeping is left out: a table model's column named like it is
+        # a column of that table.
+        assert list(nodes["hidden"]["columns"]) == ["id", "__ivm_weight"]
+        assert list(nodes["name_counts"]["columns"]) == ["name", "total"]
         assert set(nodes["people_table"]["columns"]) == {"id", "name", "generation"}
         assert nodes["people_view"]["metadata"]["type"] == "view"
 
