@@ -89,7 +89,7 @@ def batch(rng: random.Random, count: int, next_id: int, live: list[int]) -> tupl
     new_ids = list(range(next_id, next_id + inserted))
     live.extend(new_ids)
     statements = [
-        f"INSERT INTO orders SELECT g, 1 + (g * 7919) % {CUSTOMERS}, (g % 500)::numeric(10,2) "
+        f"INSERT INTO orders SELECT g, 1 + (g::bigint * 7919) % {CUSTOMERS}, (g % 500)::numeric(10,2) "
         f"FROM generate_series({next_id}, {next_id + inserted - 1}) g",
         f"UPDATE orders SET amount = amount + 1 WHERE id = ANY(ARRAY{updated}::bigint[])",
         f"DELETE FROM orders WHERE id = ANY(ARRAY{deleted}::bigint[])",
