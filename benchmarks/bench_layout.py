@@ -4,7 +4,7 @@ twice as ``__ivm_k*``. The engine at a baseline commit and the engine of this tr
 on one PostgreSQL server, each in its own database cloned from one loaded template, each in a Python
 process of its own; every batch of changes is the same for both, and the two alternate.
 
-    python benchmarks/bench_layout.py --baseline c2981ab [--orders 1000000] [--repeats 5] [--png FILE]
+    python benchmarks/bench_layout.py --baseline 8d59678 [--orders 1000000] [--repeats 5] [--png FILE]
 
 Prints a markdown table (sizes, CREATE, refreshes of 1,000 and 10,000 changes); nothing here is a test.
 """
