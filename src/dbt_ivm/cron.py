@@ -72,7 +72,7 @@ class Cron:
     def next_after(self, moment: dt.datetime) -> dt.datetime:
         """The first fire time strictly after `moment` (naive: the process's local time)."""
         zone = _zone(self.zone)
-        local = (moment if moment.tzinfo else moment.astimezone()).astimezone(zone)
+        local = aware(moment).astimezone(zone)
         start = local.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
         day = start.date()
         for _ in range(SEARCH_DAYS):
@@ -84,6 +84,11 @@ class Cron:
                             return fire
             day += dt.timedelta(days=1)
         raise AssertionError(f"{self.text!r}: no fire time in {SEARCH_DAYS} days (parse checks it fires)")
+
+
+def aware(moment: dt.datetime) -> dt.datetime:
+    """`moment`, a naive one taken as the process's local time (Spark returns those)."""
+    return moment if moment.tzinfo else moment.astimezone()
 
 
 def parse(text: str) -> Cron:

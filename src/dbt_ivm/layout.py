@@ -104,9 +104,10 @@ def stored_keys(plan: Project) -> list[tuple[Scan, str, str]]:
     found = []
     for scan in keyed_scans(plan) or ():
         for index, pk in enumerate(scan.table.primary_key, 1):
-            column = exp.column(internal_column(scan.table, pk), scan.alias, quoted=True)
+            name = internal_column(scan.table, pk)
+            column = exp.column(name, scan.alias, quoted=True)
             shown = next((o.name for o in plan.outputs if o.expression == column), None)
-            found.append((scan, internal_column(scan.table, pk), shown or key_column(scan.position, index)))
+            found.append((scan, name, shown or key_column(scan.position, index)))
     return found
 
 

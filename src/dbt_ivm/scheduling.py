@@ -38,7 +38,7 @@ class Registered:
         if self.refreshed_at is None:
             return True
         if self.spec.schedule is not None:
-            return cron.parse(self.spec.schedule).next_after(self.refreshed_at) <= _aware(now)
+            return cron.parse(self.spec.schedule).next_after(self.refreshed_at) <= cron.aware(now)
         lag = self.spec.target_lag_seconds
         return lag is None or (now - self.refreshed_at).total_seconds() >= lag
 
@@ -49,11 +49,6 @@ class Registered:
             fire = schedule.next_after(self.refreshed_at)
             return f"its schedule ({schedule.text}) next fires at {fire:%Y-%m-%d %H:%M %Z}"
         return f"its target_lag ({self.spec.target_lag_seconds:g} s) has not passed"
-
-
-def _aware(moment: dt.datetime) -> dt.datetime:
-    """`moment`, a naive one taken as the process's local time (Spark returns those)."""
-    return moment if moment.tzinfo else moment.astimezone()
 
 
 def dependency_order(tables: Sequence[Registered]) -> list[Registered]:

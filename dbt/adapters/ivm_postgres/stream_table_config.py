@@ -53,6 +53,7 @@ def _threshold(model: str, value: Any) -> float:
     return number
 
 
+DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")  # '300', '5 minutes', '2h'
 LAG_UNITS = {"s": 1, "second": 1, "m": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 
 
@@ -64,7 +65,7 @@ def target_lag_seconds(model: str, value: Any) -> float | None:
     """
     if value is None:
         return None
-    found = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", str(value).strip().lower())
+    found = DURATION.fullmatch(str(value).strip().lower())
     unit = found.group(2) if found else "?"
     unit = unit[:-1] if len(unit) > 1 and unit.endswith("s") else unit  # "minutes" -> "minute"
     seconds = float(found.group(1)) * LAG_UNITS[unit or "s"] if found and (unit or "s") in LAG_UNITS else -1.0
@@ -97,9 +98,7 @@ def schedule_of(model: str, schedule: Any, target_lag: Any) -> tuple[float | Non
         )
     if schedule is None:
         return target_lag_seconds(model, target_lag), None
-    if isinstance(schedule, int | float) or re.fullmatch(
-        r"\d+(?:\.\d+)?\s*[a-z]*", str(schedule).strip().lower()
-    ):
+    if isinstance(schedule, int | float) or DURATION.fullmatch(str(schedule).strip().lower()):
         return target_lag_seconds(model, schedule), None
     try:
         return None, cron.parse(str(schedule)).text
