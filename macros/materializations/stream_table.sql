@@ -98,8 +98,10 @@
   {%- if adapter.type() != 'ivm_postgres' -%}
     {%- do why.update({'indexes': 'indexes are a PostgreSQL config'}) -%}
   {%- endif -%}
+  {#- dbt fills on_schema_change with 'ignore' for every model: only another value was set by the user. -#}
+  {%- set defaults = {'on_schema_change': 'ignore'} -%}
   {%- for name, reason in why.items() -%}
-    {%- if config.get(name) is not none -%}
+    {%- if config.get(name) is not none and config.get(name) != defaults.get(name) -%}
       {% do exceptions.warn('stream table model ' ~ model.name ~ ': config ' ~ name ~ ' does not apply to '
           ~ "materialized='stream_table' and is ignored (" ~ reason ~ '); remove it') %}
     {%- endif -%}
