@@ -11,6 +11,11 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
+# Re-exported: most SQL text is written with them next to the trees.
+from dbt_ivm.quoting import lit as lit
+from dbt_ivm.quoting import q as q
+from dbt_ivm.quoting import qn as qn
+
 HIDDEN_PREFIX = "__ivm_"
 WEIGHT = "__ivm_weight"
 SEQ = "__ivm_seq"
@@ -37,29 +42,6 @@ def all_of(*conditions: exp.Expr) -> exp.Expr:
     for part in wrapped[1:]:
         result = exp.And(this=result, expression=part)
     return result
-
-
-def q(name: str) -> str:
-    """Quote one identifier (PostgreSQL spelling).
-
-    >>> q('order"s')
-    '"order""s"'
-    """
-    return '"' + name.replace('"', '""') + '"'
-
-
-def qn(*parts: str) -> str:
-    """Quote a dotted name: qn('s', 't') -> "s"."t"."""
-    return ".".join(q(p) for p in parts)
-
-
-def lit(value: str) -> str:
-    """A string literal.
-
-    >>> lit("it's")
-    "'it''s'"
-    """
-    return "'" + value.replace("'", "''") + "'"
 
 
 def is_hidden(column: str) -> bool:
