@@ -13,6 +13,7 @@ import psycopg2.extensions
 from dbt_ivm.postgres.runner import run_stream_table
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from tests.oracle import assert_matches_query
+from tests.shapes import Workload, create_statements
 
 SCHEMA = "public"
 CATALOG = "dbt_ivm"
@@ -31,6 +32,16 @@ def refresh_and_check(conn: Any, name: str, sql: str, context: str = "", **optio
     result = refresh(conn, name, sql, **options)
     assert_matches_query(conn, SCHEMA, name, sql, f"{context}; {result.summary()}")
     return result
+
+
+def seeded_shapes(conn: Any, rng: Any) -> Workload:
+    """Create the shared shapes' source tables (tests/shapes.py) and seed them; the workload for batches."""
+    for statement in create_statements(SCHEMA, "postgres"):
+        execute(conn, statement)
+    workload = Workload(SCHEMA, rng)
+    for statement in workload.seed():
+        execute(conn, statement)
+    return workload
 
 
 def execute(conn: Any, sql: str, params: Any = None) -> None:

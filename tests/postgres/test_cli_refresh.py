@@ -82,6 +82,44 @@ def test_refresh_in_dependency_order_with_the_models_settings(
     assert "NO-OP" in capsys.readouterr().out
 
 
+# A pass that finds nothing to do: done by the stream tables' functions in the database.
+NO_PLANNER = (
+    "import sys; from dbt_ivm import cli; code = cli.main(['refresh', '--dsn', sys.argv[1]]); "
+    "print('planner loaded' if 'sqlglot' in sys.modules else 'planner not loaded'); sys.exit(code)"
+)
+
+
+def test_a_pass_with_nothing_to_do_never_loads_the_planner(shop: Any, pg_dsn: str) -> None:
+    def cli_pass() -> str:
+        done = subprocess.run([sys.executable, "-c", NO_PLANNER, pg_dsn], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    out = cli_pass()
+    assert "planner not loaded" in out and out.count("NO-OP") == 2, out  # recent_orders is not due
+    history = rows(
+        shop,
+        f"SELECT stream_table, action, initiated_by FROM {CATALOG}.refresh_history "
+        "ORDER BY refresh_id DESC LIMIT 2",
+    )
+    assert sorted(history) == [
+        ("public.big_spenders", "SKIP", "dbt-ivm refresh"),
+        ("public.customer_totals", "SKIP", "dbt-ivm refresh"),
+    ]
+    # A change: the engine refreshes (and the tables over it see the new rows).
+    execute(shop, "INSERT INTO orders VALUES (30, 'c1', 400)")
+    out = cli_pass()
+    assert "planner loaded" in out and "DIFFERENTIAL" in out, out
+    assert_matches_query(shop, "public", "customer_totals", TOTALS)
+    assert_matches_query(shop, "public", "big_spenders", BIG_SPENDERS)
+    # A source whose columns changed: its functions no longer fit, so the engine plans again (and
+    # installs them anew); the next quiet pass is the database's again.
+    execute(shop, "ALTER TABLE orders ADD COLUMN note text")
+    assert "planner loaded" in cli_pass()
+    assert_matches_query(shop, "public", "customer_totals", TOTALS)
+    assert "planner not loaded" in cli_pass()
+
+
 def test_an_unknown_name_is_refused_by_name(
     shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

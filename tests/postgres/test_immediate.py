@@ -24,8 +24,8 @@ import pytest
 
 from dbt_ivm.errors import IvmError
 from tests.oracle import assert_matches_query, differences
-from tests.postgres.streams import SCHEMA, connect, execute, refresh, rows, value
-from tests.shapes import Workload, create_statements, streams
+from tests.postgres.streams import SCHEMA, connect, execute, refresh, rows, seeded_shapes, value
+from tests.shapes import streams
 
 pytestmark = pytest.mark.postgres
 
@@ -62,11 +62,7 @@ def test_shape_is_maintained_inside_the_writers_transaction(pg_dsn: str, name: s
     rng = random.Random(f"{SEED}:immediate:{name}")
     conn = connect(pg_dsn)
     try:
-        for statement in create_statements(SCHEMA, "postgres"):
-            execute(conn, statement)
-        workload = Workload(SCHEMA, rng)
-        for statement in workload.seed():
-            execute(conn, statement)
+        workload = seeded_shapes(conn, rng)
         _immediate(conn, name, sql)
         context = f"{name}, seed {SEED} (DBT_IVM_SHAPES_SEED)"
         for cycle in range(4):

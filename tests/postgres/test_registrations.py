@@ -11,6 +11,7 @@ import pytest
 from dbt_ivm import cli
 from dbt_ivm.postgres import registrations
 from dbt_ivm.postgres.db import Db
+from tests.oracle import assert_matches_query
 from tests.postgres.streams import (
     CATALOG,
     buffer_count,
@@ -302,9 +303,11 @@ def test_cli_reports_a_connection_failure(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_a_catalog_from_an_earlier_version_gains_the_invocation_column(shop: Any) -> None:
-    """A catalog from before invocation_id and run_settings: the next run adds both, and fills them."""
+    """A catalog from before invocation_id, run_settings and refresh procedures: the next run adds
+    them, and fills them."""
     execute(shop, f"ALTER TABLE {CATALOG}.refresh_history DROP COLUMN invocation_id")
     execute(shop, f"ALTER TABLE {CATALOG}.stream_tables DROP COLUMN run_settings")
+    execute(shop, f"DROP TABLE {CATALOG}.refresh_procedures")
     execute(shop, "INSERT INTO orders VALUES (21, 'c1', 5, DATE '2024-02-01')")
     refresh(
         shop,
@@ -319,6 +322,12 @@ def test_a_catalog_from_an_earlier_version_gains_the_invocation_column(shop: Any
         "WHERE stream_table LIKE '%customer_totals' ORDER BY refresh_id DESC LIMIT 2",
     )
     assert [tuple(r) for r in latest] == [("DIFFERENTIAL", "run-7"), ("CREATE", None)]
+    # The refresh installed what CALL refresh runs, which the earlier catalog lacked.
+    execute(shop, "INSERT INTO orders VALUES (22, 'c2', 6, DATE '2024-02-02')")
+    with shop.cursor() as cursor:
+        cursor.execute(f"CALL {CATALOG}.refresh('public.customer_totals')")
+        assert cursor.fetchone()[0] == "DIFFERENTIAL"
+    assert_matches_query(shop, "public", "customer_totals", STREAMS["customer_totals"])
 
 
 def test_cli_with_odd_identifiers(pg_conn: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:

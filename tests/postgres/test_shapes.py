@@ -14,8 +14,8 @@ import random
 
 import pytest
 
-from tests.postgres.streams import SCHEMA, connect, execute, refresh_and_check
-from tests.shapes import Workload, create_statements, streams
+from tests.postgres.streams import SCHEMA, connect, execute, refresh_and_check, seeded_shapes
+from tests.shapes import streams
 
 pytestmark = pytest.mark.postgres
 
@@ -31,11 +31,7 @@ def test_shape_refreshes_differentially(pg_dsn: str, name: str) -> None:
     rng = random.Random(f"{SEED}:{name}")
     conn = connect(pg_dsn)
     try:
-        for statement in create_statements(SCHEMA, "postgres"):
-            execute(conn, statement)
-        workload = Workload(SCHEMA, rng)
-        for statement in workload.seed():
-            execute(conn, statement)
+        workload = seeded_shapes(conn, rng)
         context = f"{name}, seed {SEED} (DBT_IVM_SHAPES_SEED)"
         created = refresh_and_check(conn, name, sql, f"{context}, create", refresh_mode="differential")
         assert created.action == "CREATE", f"{context}: {created.summary()}"

@@ -397,11 +397,16 @@ def virtual_columns(db: Db, table: TableInfo) -> dict[str, str]:
     return {str(name): str(expression) for name, expression in rows}
 
 
+def snapshot(frontier: str) -> str:
+    """A pg_snapshot's text as an SQL value."""
+    return f"{lit(frontier)}::pg_snapshot"
+
+
 def raw_changes_sql(
-    catalog: str, table: TableInfo, frontier: str, virtual: dict[str, str] | None = None
+    catalog: str, table: TableInfo, frontier_sql: str, virtual: dict[str, str] | None = None
 ) -> str:
-    """The source's raw changes since `frontier` (a pg_snapshot text), as a relation (internal names)."""
-    frontier_sql = f"{lit(frontier)}::pg_snapshot"
+    """The source's raw changes since the frontier (`frontier_sql`, a pg_snapshot value), as a relation
+    (internal names)."""
     source = f"{qn(catalog, buffer_name(table))} AS {q('__ivm_b')}"
     where = f"WHERE {pending_filter(frontier_sql)} AND {q(WEIGHT)} IN (-1, 1)"
     if not virtual:
@@ -421,9 +426,8 @@ def raw_changes_sql(
     )
 
 
-def pending_stats_sql(catalog: str, table: TableInfo, frontier: str) -> str:
-    """(changes pending since `frontier`, whether a FULL mark — TRUNCATE — is pending too)."""
-    frontier_sql = f"{lit(frontier)}::pg_snapshot"
+def pending_stats_sql(catalog: str, table: TableInfo, frontier_sql: str) -> str:
+    """(changes pending since the frontier `frontier_sql`, whether a FULL mark — TRUNCATE — is pending too)."""
     return (
         f"SELECT (SELECT count(*) FROM {qn(catalog, buffer_name(table))} WHERE {pending_filter(frontier_sql)}), "
         f"EXISTS (SELECT 1 FROM {qn(catalog, MARKS)} WHERE buffer = {lit(buffer_name(table))} "
@@ -453,21 +457,33 @@ def pinned(db: Db, tables: Sequence[TableInfo]) -> Iterator[None]:
             db.execute("SELECT pg_advisory_unlock_shared(hashtext(%s))", (key,))
 
 
-def cleanup(db: Db, catalog: str, table: TableInfo) -> int:
-    """Delete buffer rows that every consuming stream table's frontier already covers."""
-    if not db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, buffer_name(table)),)):
-        return 0  # capture is being reinstalled
-    if not db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (pin_key(table.qualified),)):
-        return 0  # a stream table over this source is being created: clean up next time
+def cleanup_sql(catalog: str, table: TableInfo) -> tuple[str, str]:
+    """The two DELETEs of `cleanup` (FULL marks, then buffer rows every consumer has seen)."""
     seen_by_all = (
-        f"NOT EXISTS (SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE %s = ANY (s.sources) "
-        f"AND {READS_BUFFERS} AND ("
+        f"NOT EXISTS (SELECT 1 FROM {qn(catalog, 'stream_tables')} AS s WHERE {lit(table.qualified)} = "
+        f"ANY (s.sources) AND {READS_BUFFERS} AND ("
         f"s.frontier IS NULL OR NOT pg_visible_in_snapshot(b.{q(XID)}, s.frontier)))"
     )
-    db.execute(
-        f"DELETE FROM {qn(catalog, MARKS)} AS b WHERE b.buffer = %s AND b.kind = %s AND {seen_by_all}",
-        (buffer_name(table), FULL_MARK, table.qualified),
+    return (
+        f"DELETE FROM {qn(catalog, MARKS)} AS b WHERE b.buffer = {lit(buffer_name(table))} "
+        f"AND b.kind = {lit(FULL_MARK)} AND {seen_by_all}",
+        f"DELETE FROM {qn(catalog, buffer_name(table))} AS b WHERE {seen_by_all}",
     )
-    return db.execute(
-        f"DELETE FROM {qn(catalog, buffer_name(table))} AS b WHERE {seen_by_all}", (table.qualified,)
+
+
+def cleanup_guard_sql(catalog: str, table: TableInfo) -> str:
+    """True when `cleanup` may delete now: the buffer exists (capture is not being reinstalled) and no
+    stream table over this source is being created (see pinned; else: next time)."""
+    return (
+        f"pg_catalog.to_regclass({lit(qn(catalog, buffer_name(table)))}) IS NOT NULL "
+        f"AND pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext({lit(pin_key(table.qualified))}))"
     )
+
+
+def cleanup(db: Db, catalog: str, table: TableInfo) -> int:
+    """Delete buffer rows that every consuming stream table's frontier already covers."""
+    if not db.value(f"SELECT {cleanup_guard_sql(catalog, table)}"):
+        return 0
+    marks, rows = cleanup_sql(catalog, table)
+    db.execute(marks)
+    return db.execute(rows)

@@ -47,6 +47,7 @@ from dbt_ivm.postgres import user_triggers
 from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TREE_SQL
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import EVENTS, NEW_ROWS, OLD_ROWS, STRIPES, ExplicitPath, Statements
+from dbt_ivm.postgres.in_database import tag_of
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
@@ -65,11 +66,6 @@ PASSED_ON = ("serialization_failure", "deadlock_detected", "lock_not_available")
 # How many times one statement recomputes while user triggers on the stream table keep writing its
 # sources mid-apply, before it gives up (the next dbt run rebuilds).
 RECOMPUTE_ROUNDS = 8
-
-
-def tag_of(stream_table: str) -> str:
-    """A short stable name for a stream table ("schema.table"), usable in settings and function names."""
-    return hashlib.sha256(stream_table.encode()).hexdigest()[:16]
 
 
 def function_name(stream_table: str) -> str:
@@ -132,7 +128,7 @@ def _stash(catalog: str, stream_table: str, index: int, source: TableInfo) -> st
     return "IF " + " ELSIF ".join(branches) + " END IF;"
 
 
-def _create_pending(stream_table: str, sources: list[TableInfo]) -> str:
+def create_pending(stream_table: str, sources: list[TableInfo]) -> str:
     """Create the pending tables once per session, and make sure they are ours: a writer could have
     created one under that name first (then its DEFAULTs or triggers would run with our rights)."""
     statements = []
@@ -171,21 +167,22 @@ def rows_table(stream_table: str, shape: object) -> str:
 
 
 @dataclass(frozen=True)
-class _Explicit:
+class Explicit:
     """How the function picks explicit DML over the MERGE (user triggers on the stream table)."""
 
     path: ExplicitPath | None
     relation: str
-    always: bool  # user_triggers='on'
+    always: str  # SQL: true when user_triggers='on' (then explicit DML even without user triggers)
     applying: str  # the setting that is 'on' while explicit DML writes the stream table
 
     def wanted(self) -> str:
         """Always with user_triggers='on'; with 'auto' when the stream table has user triggers now
         (looked up per write: a trigger created since `dbt run` counts at once)."""
-        if self.always:
+        if self.always == "true":
             return "true"
         found = user_triggers.enabled_condition(f"pg_catalog.to_regclass({lit(self.relation)})")
-        return f"EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE {found})"
+        exists = f"EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE {found})"
+        return exists if self.always == "false" else f"({self.always} OR {exists})"
 
     def or_merge(self, fill: str, merge: str) -> str:
         """`fill` the rows table, then apply its rows, when explicit DML is wanted and the session's
@@ -230,7 +227,7 @@ class _Explicit:
         )
 
 
-def _clear_pending(stream_table: str, sources: list[TableInfo]) -> str:
+def clear_pending(stream_table: str, sources: list[TableInfo]) -> str:
     return " ".join(
         f"DELETE FROM pg_temp.{q(pending_table(stream_table, i, t))};" for i, t in enumerate(sources)
     )
@@ -248,7 +245,7 @@ def _turn(catalog: str, stream_table: str, stripes: str | None) -> str:
     )
 
 
-def _by_source(catalog: str, stream_table: str, statements: Statements, explicit: _Explicit) -> str:
+def _by_source(catalog: str, stream_table: str, statements: Statements, explicit: Explicit) -> str:
     """Apply this statement's own transition table: one branch per source and event, each taking
     its turn on the stripes its rows conflict on first."""
     path = statements.explicit
@@ -302,7 +299,7 @@ def function_sql(
         f"RAISE WARNING 'dbt-ivm: stream table % was not maintained (%): the next dbt run rebuilds it', "
         f"{lit(stream_table)}, SQLERRM; END IF;"
     )
-    explicit = _Explicit(statements.explicit, relation, always_explicit, s.applying)
+    explicit = Explicit(statements.explicit, relation, "true" if always_explicit else "false", s.applying)
     path = statements.explicit
     passed_on = " OR ".join(PASSED_ON)
     body = f"""#variable_conflict use_column
@@ -324,7 +321,7 @@ BEGIN
     NULL;
   ELSIF {_under_way(s)} > 0 OR {_setting(s.pending)} = 'on' THEN
     BEGIN
-      {_create_pending(stream_table, sources)}
+      {create_pending(stream_table, sources)}
       {stash}END IF;
       {_set(s.pending, "'on'")}
     EXCEPTION WHEN {passed_on} THEN RAISE;
@@ -359,7 +356,7 @@ BEGIN
     WHEN OTHERS THEN {failed} __ivm_failed := true;
     END;
     IF {_setting(s.pending)} = 'on' THEN
-      {_clear_pending(stream_table, sources)}
+      {clear_pending(stream_table, sources)}
     END IF;
     {_set(s.pending, "'off'")}
     EXIT WHEN __ivm_failed OR {_setting(s.full)} <> 'on';

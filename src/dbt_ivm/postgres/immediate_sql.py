@@ -247,18 +247,20 @@ def statements(
     pending: Callable[[int, TableInfo], exp.Table],
     conflicts: list[list[exp.Column]] | None = None,
     rows: exp.Table | None = None,
+    per_source: tuple[str, ...] = EVENTS,
 ) -> Statements:
     """All the statements of one stream table. `new_context` makes a rendering context for bindings;
     `pending(i, source)` names the table holding source i's pending changes; `conflicts`: per source,
     the columns its writes conflict on (`immediate_keys`; None: every write conflicts); `rows`: the
-    explicit path's temp table (None: no explicit path)."""
+    explicit path's temp table (None: no explicit path); `per_source`: the events a statement per source is
+    rendered for (none: only `full` and `combined`, for a batch read from the change buffers)."""
     current = {t.qualified: source_relation(t) for t in sources}
     by_source: list[dict[str, str | None]] = []
     rows_by_source: list[dict[str, str | None]] = []
     for source in sources:
         events: dict[str, str | None] = {}
         rows_events: dict[str, str | None] = {}
-        for event in EVENTS:
+        for event in per_source:
             bindings = Bindings(current=current, delta={source.qualified: transition_changes(source, event)})
             events[event] = render(plan, layout, new_context(bindings), stream_table, target)
             if rows is not None:

@@ -11,19 +11,15 @@ calls it before each refresh) and then removes capture from sources nobody reads
 
 from __future__ import annotations
 
-from dbt_ivm.postgres import capture, immediate
+from dbt_ivm.postgres import capture, immediate, procedure
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.postgres.in_database import refresh_lock_key
 from dbt_ivm.sqltext import lit, qn
 from dbt_ivm.status import HistoryRow, StreamTableStatus
 
 # Serializes the sessions that unregister stream tables and remove capture here: two of them dropping
 # capture from several sources in different orders could deadlock.
 GC_LOCK = "dbt_ivm registrations gc"
-
-
-def refresh_lock_key(stream_table: str) -> str:
-    """The advisory lock key a refresh of `stream_table` holds (runner._refresh_lock)."""
-    return f"dbt_ivm refresh {stream_table}"
 
 
 def catalog_exists(db: Db, catalog: str) -> bool:
@@ -77,6 +73,7 @@ def _unregister_missing(db: Db, catalog: str, keys: list[str], relations: dict[s
     )
     for (key,) in deleted:
         immediate.remove(db, catalog, str(key))  # writers stop maintaining a table that is gone
+        procedure.remove(db, catalog, str(key))
     return [str(r[0]) for r in deleted]
 
 
@@ -176,6 +173,7 @@ def drop_registration(db: Db, catalog: str, stream_table: str, drop_table: bool)
                 db.execute(f"DROP TABLE IF EXISTS {qn(str(row[0]), str(row[1]))}")
             db.execute(f"DELETE FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s", (stream_table,))
             immediate.remove(db, catalog, stream_table)
+            procedure.remove(db, catalog, stream_table)
     if row is None:
         return False
     remove_unused(db, catalog)

@@ -7,11 +7,12 @@ from typing import Any
 
 from dbt_ivm.cost import RECENT, PastRefresh
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.postgres.in_database import dispatcher_sql
 from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
 # The column added last, and its table: a catalog that has it needs no upgrade.
-NEWEST_TABLE, NEWEST_COLUMN = "stream_tables", "run_settings"
+NEWEST_TABLE, NEWEST_COLUMN = "refresh_procedures", "tag"
 
 
 def bootstrap(db: Db, catalog: str) -> None:
@@ -82,8 +83,17 @@ def bootstrap(db: Db, catalog: str) -> None:
             db.execute(f"REVOKE ALL ON {s}.{q(table)} FROM PUBLIC")
         # The dbt invocation behind each history row.
         db.execute(f"ALTER TABLE {s}.{q('refresh_history')} ADD COLUMN IF NOT EXISTS invocation_id text")
-        # The model's settings a refresh without dbt needs (`dbt-ivm refresh`); added last: NEWEST_COLUMN.
-        db.execute(f"ALTER TABLE {s}.{q(NEWEST_TABLE)} ADD COLUMN IF NOT EXISTS {q(NEWEST_COLUMN)} jsonb")
+        # The model's settings a refresh without dbt needs (`dbt-ivm refresh`).
+        db.execute(f"ALTER TABLE {s}.{q('stream_tables')} ADD COLUMN IF NOT EXISTS run_settings jsonb")
+        # CALL <catalog>.refresh('schema.table') (postgres.in_database): created here, once, because
+        # CREATE OR REPLACE of one procedure from concurrent dbt threads fails ("tuple concurrently
+        # updated"). A new version of it needs a new NEWEST_COLUMN.
+        db.execute(dispatcher_sql(catalog))
+        # The refresh functions CALL refresh runs (postgres.procedure); created last: NEWEST_TABLE.
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}.{q(NEWEST_TABLE)} (stream_table text PRIMARY KEY, "
+            f"version integer NOT NULL, {q(NEWEST_COLUMN)} text NOT NULL)"
+        )
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +43,8 @@ from dbt_ivm.postgres import (
     immediate,
     immediate_keys,
     immediate_sql,
+    in_database,
+    procedure,
     registrations,
     registry,
     user_triggers,
@@ -74,6 +77,7 @@ class Compiled:
     # False when a key column's type has no hash function: rows are matched on the key alone.
     hashed: bool = True
     shape: str = ""  # the table's columns, types and row key as JSON (compared at every refresh)
+    views: list[str] = dataclasses.field(default_factory=list)  # the views the query reads, quoted
 
     @property
     def target(self) -> Target:
@@ -132,9 +136,10 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
             raise
         compiled = Compiled(None, None, [], unsupported, {}, output_types, views_digest(catalog.seen))
         compiled.shape = json.dumps({"kind": "plain", "columns": output_types})
-        return compiled
-    compiled = Compiled(plan, layout, sources, None, call_types, output_types, views_digest(catalog.seen))
-    _add_shape(db, compiled, dict(described[0]))
+    else:
+        compiled = Compiled(plan, layout, sources, None, call_types, output_types, views_digest(catalog.seen))
+        _add_shape(db, compiled, dict(described[0]))
+    compiled.views = [qn(t.schema, t.name) for t in catalog.seen if t.kind == "view"]
     return compiled
 
 
@@ -230,7 +235,7 @@ def _current_bindings(sources: list[TableInfo]) -> Bindings:
 @contextmanager
 def _refresh_lock(db: Db, spec: StreamTableSpec) -> Iterator[None]:
     """Serialize refreshes of one stream table; taken before the snapshot so the second sees the first."""
-    key = registrations.refresh_lock_key(_key(spec))
+    key = in_database.refresh_lock_key(_key(spec))
     db.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
     try:
         yield
@@ -290,9 +295,18 @@ class PostgresBackend:
     def refresh(self, sql: str, started: float) -> RefreshResult:
         self.started = started
         assert self._registered is not None  # looked up by `registered`, under the refresh lock
-        if self.spec.refresh_mode == "immediate" or self._registered.refresh_mode == "immediate":
-            return self._check_immediate(sql, self._registered)
-        return self._refresh(sql, self._registered)
+        registered, spec = self._registered, self.spec
+        if spec.refresh_mode == "immediate" or registered.refresh_mode == "immediate":
+            return self._check_immediate(sql, registered)
+        if registered.needs_full is None and spec.refresh_mode == registered.refresh_mode:
+            # Most runs find nothing changed: the stream table's function in the database says so
+            # (and records it) without planning the query, unless something needs the engine.
+            done = in_database.refresh_if_nothing_to_do(
+                self.db, spec.catalog_schema, _key(spec), spec.initiated_by, spec.invocation_id
+            )
+            if done is not None:
+                return done
+        return self._refresh(sql, registered)
 
     def record(self, fields: dict[str, object]) -> int | None:
         return registry.record(self.db, self.spec.catalog_schema, _key(self.spec), fields)
@@ -335,6 +349,9 @@ class PostgresBackend:
             # Before the table is visible: default privileges must not expose its hidden columns.
             restrict_to_user_columns(db, relation, layout.user)
             registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
+            procedure.install(
+                db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.search_path(db)
+            )
             result = RefreshResult(
                 action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
             )
@@ -361,6 +378,7 @@ class PostgresBackend:
             db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(spec.schema)}")
             dropped_triggers = user_triggers.find_existing(db, relation)
             db.execute(f"DROP TABLE IF EXISTS {relation}")
+            procedure.remove(db, spec.catalog_schema, _key(spec))  # writers keep it: nothing to CALL
             immediate.install(
                 db, spec.catalog_schema, _key(spec), compiled.sources, _immediate_function(db, spec, compiled)
             )
@@ -436,6 +454,12 @@ class PostgresBackend:
         # A table-level SELECT granted since the last run (by hand, or by dbt's grants) reads hidden
         # columns.
         restrict_to_user_columns(db, _relation(spec), [name for name, _ in compiled.output_types])
+        if procedure.stale_reason(db, spec.catalog_schema, _key(spec)) is not None:
+            # Built by an earlier dbt-ivm, or planned against what has changed since: CALL refresh
+            # refuses until its statements are rendered again, here.
+            procedure.install(
+                db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.search_path(db)
+            )
         reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
         subscribed = next((g for g in gaps if g.subscribed), None)
         if reason is None and subscribed is not None:
@@ -526,6 +550,52 @@ def _immediate_function(db: Db, spec: StreamTableSpec, compiled: Compiled) -> st
     )
 
 
+def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> procedure.Program:
+    """What `CALL refresh` runs for `spec` (postgres.procedure): the statements IMMEDIATE mode renders
+    for changes kept in pending tables, which it fills from the change buffers."""
+    key, table, target = _key(spec), _table(spec), compiled.target
+    captured = spec.refresh_mode != "full" and compiled.plan is not None
+    sources = compiled.sources if captured else []
+    program = functools.partial(
+        procedure.Program,
+        stream_table=key,
+        model=spec.model,
+        relation=_relation(spec),
+        fingerprint=lifecycle.fingerprint(sql),
+        views=compiled.views,
+    )
+    if compiled.plan is None or compiled.layout is None:
+        layout, contents = _contents(compiled, sql)
+        assert isinstance(contents, pg_apply.TextRelation)  # the query as written
+        full = immediate_sql.apply_statement(layout, full_delta(table, layout, contents.table), table, target)
+        return program(
+            sources=[],
+            statements=None,
+            full=pg_apply.render(full, contents),
+            static_full_reason=str(compiled.unsupported),
+            whole_input_reason=None,
+        )
+    statements = immediate_sql.statements(
+        compiled.plan,
+        compiled.layout,
+        compiled.sources,
+        table,
+        target,
+        lambda bindings: context(compiled, bindings),
+        lambda index, source: exp.table_(immediate.pending_table(key, index, source), "pg_temp", quoted=True),
+        rows=exp.table_(immediate.rows_table(key, _shape(compiled)), "pg_temp", quoted=True),
+        per_source=(),
+    )
+    return program(
+        sources=sources,
+        statements=statements,
+        full=statements.full,
+        static_full_reason=None,
+        whole_input_reason=whole_input_reason(compiled.plan),
+        virtual=[capture.virtual_columns(db, s) for s in sources],
+    )
+
+
 def _shape(compiled: Compiled) -> object:
     """What the stream table's column types follow from: its layout, output types and sources' types."""
     assert compiled.layout is not None
@@ -587,7 +657,9 @@ def _choose_full_reason(
     total = 0
     changed: list[TableInfo] = []
     for source in compiled.sources:
-        stats = db.one(capture.pending_stats_sql(spec.catalog_schema, source, current.frontier))
+        stats = db.one(
+            capture.pending_stats_sql(spec.catalog_schema, source, capture.snapshot(current.frontier))
+        )
         assert stats is not None
         count, truncated = int(stats[0]), bool(stats[1])
         if truncated:
@@ -678,7 +750,7 @@ def _row_delta(
         # Capture's own text (it holds virtual columns' generation expressions), read as written.
         raw = pg_apply.TextRelation(
             "__ivm_raw_changes",
-            capture.raw_changes_sql(spec.catalog_schema, source, current.frontier, virtual),
+            capture.raw_changes_sql(spec.catalog_schema, source, capture.snapshot(current.frontier), virtual),
         )
         columns = internal_columns(source)
         net = compacted(raw.table, columns, row_image(columns))
@@ -745,6 +817,7 @@ def drop_stream_table(connection: object, schema: str, name: str, catalog_schema
         with db.transaction():
             registry.unregister(db, catalog_schema, f"{schema}.{name}")
             immediate.remove(db, catalog_schema, f"{schema}.{name}")
+            procedure.remove(db, catalog_schema, f"{schema}.{name}")
         registrations.remove_unused(db, catalog_schema)
 
 

@@ -1,6 +1,8 @@
 """Refreshes without dbt on PostgreSQL (`dbt-ivm refresh`): the registered stream tables as their last
 `dbt run` stored them (defining query, refresh mode, the model's run settings), refreshed by
 ``dbt_ivm.scheduling`` in dependency order. IMMEDIATE stream tables are always current and are left out.
+A stream table with nothing to do is refreshed by its function in the database (`in_database`): a
+pass where nothing changed never loads the planner.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from typing import Any, cast, get_args
 from dbt_ivm import run_settings
 from dbt_ivm.errors import IvmError
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.postgres.in_database import refresh_if_nothing_to_do
+from dbt_ivm.quoting import qn
 from dbt_ivm.scheduling import Outcome, Registered, refresh_in_order, unknown_names
-from dbt_ivm.spec import RefreshMode, StreamTableSpec
-from dbt_ivm.sqltext import qn
+from dbt_ivm.spec import RefreshMode, RefreshResult, StreamTableSpec
 
 INITIATED_BY = "dbt-ivm refresh"
 
@@ -51,16 +54,21 @@ def registered(db: Db, catalog: str, names: Iterable[str] = ()) -> list[Register
 def refresh_due(connection: Any, catalog: str, names: Iterable[str] = ()) -> list[Outcome]:
     """Refresh the due stream tables (all of `names`, when given, whatever their lag) in dependency
     order; one that fails is reported and the others go on."""
-    from dbt_ivm.postgres.registrations import catalog_exists
-    from dbt_ivm.postgres.runner import run_stream_table
-
     db = Db(connection)
     named = list(names)
-    if not catalog_exists(db, catalog):
+    if not db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, "stream_tables"),)):
         if named:
             raise IvmError(f"no dbt-ivm catalog schema {catalog!r} here: nothing is registered")
         return []
     tables = registered(db, catalog, named)
-    return refresh_in_order(
-        tables, db.value("SELECT now()"), bool(named), lambda spec: run_stream_table(connection, spec)
-    )
+    keys = {id(t.spec): t.stream_table for t in tables}
+
+    def run(spec: StreamTableSpec) -> RefreshResult:
+        done = refresh_if_nothing_to_do(db, catalog, keys[id(spec)], INITIATED_BY)
+        if done is not None:
+            return done
+        from dbt_ivm.postgres.runner import run_stream_table  # the planner: only when there is work
+
+        return run_stream_table(connection, spec)
+
+    return refresh_in_order(tables, db.value("SELECT now()"), bool(named), run)

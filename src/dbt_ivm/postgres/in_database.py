@@ -1,0 +1,151 @@
+"""The refresh functions a stream table keeps in the database (`postgres.procedure` renders and
+installs them), as callers reach them: by name, under the refresh lock. Imports nothing of the
+engine, so `dbt-ivm refresh` can finish a pass that finds nothing to do without loading the planner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from dbt_ivm.postgres.db import Db
+from dbt_ivm.quoting import lit, qn
+from dbt_ivm.spec import RefreshResult
+
+TABLE = "refresh_procedures"  # the catalog's table of installed refresh functions
+LOCK_PREFIX = "dbt_ivm refresh "  # + the stream table: the lock every refresh of it holds
+CALL_INITIATED_BY = "CALL dbt_ivm.refresh"  # the history's initiated_by for a refresh by CALL
+ARGUMENTS = "text, text, boolean"  # refresh_<tag>(initiated_by, invocation_id, only_if_nothing_to_do)
+
+
+def tag_of(stream_table: str) -> str:
+    """A short stable name for a stream table ("schema.table"), usable in settings and function names.
+
+    >>> tag_of("public.customer_totals")
+    '8c2a1683d172fda4'
+    """
+    return hashlib.sha256(stream_table.encode()).hexdigest()[:16]
+
+
+def function_name(stream_table: str, suffix: str = "") -> str:
+    return f"refresh_{tag_of(stream_table)}{suffix}"
+
+
+def refresh_lock_key(stream_table: str) -> str:
+    """The advisory lock key every refresh of `stream_table` holds (the engine's and CALL refresh)."""
+    return LOCK_PREFIX + stream_table
+
+
+def refresh_if_nothing_to_do(
+    db: Db, catalog: str, stream_table: str, initiated_by: str, invocation_id: str | None = None
+) -> RefreshResult | None:
+    """A refresh that finds no change, done by the stream table's refresh function (the frontier moves,
+    the history row is written) without planning its query. None when there is something to do, or
+    the function leaves it to the engine: not installed, planned against a schema, view or capture
+    that has changed since, a capture trigger that is not ENABLE ALWAYS (the engine warns), a
+    table-level SELECT to narrow (postgres.privileges).
+
+    The lock is taken before the snapshot, as the engine takes it: a refresh under way finishes first."""
+    function = qn(catalog, function_name(stream_table))
+    if not db.value("SELECT to_regprocedure(%s) IS NOT NULL", (f"{function}({ARGUMENTS})",)):
+        return None
+    started = time.monotonic()
+    lock = refresh_lock_key(stream_table)
+    db.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock,))
+    try:
+        with db.transaction("REPEATABLE READ"):
+            try:
+                done = db.one(f"SELECT * FROM {function}(%s, %s, true)", (initiated_by, invocation_id))
+            except Exception:  # whatever it was (a serialization failure, say), the engine decides
+                done = None
+            if done is None or done[0] is None:
+                db.execute("ROLLBACK AND CHAIN")  # undo what the check touched
+                return None
+        # Trim the buffers as the engine's refresh does, after the commit (postgres.procedure).
+        with db.transaction():
+            db.execute(f"SELECT {qn(catalog, function_name(stream_table, '_cleanup'))}()")
+    finally:
+        db.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock,))
+    action, reason, inserted, updated, deleted, changes = done
+    return RefreshResult(
+        action=action,
+        rows_inserted=int(inserted),
+        rows_updated=int(updated),
+        rows_deleted=int(deleted),
+        seconds=time.monotonic() - started,
+        reason=reason,
+        changes_read=int(changes),
+    )
+
+
+def dispatcher_sql(catalog: str) -> str:
+    """``CALL <catalog>.refresh('schema.table')`` (postgres.procedure tells its steps). A procedure with a SET
+    clause cannot commit: every name it uses is qualified instead; it runs with the caller's rights."""
+    registry, programs = qn(catalog, "stream_tables"), qn(catalog, TABLE)
+    body = f"""#variable_conflict use_column
+DECLARE
+  __ivm_key text; __ivm_tag text; __ivm_mode text; __ivm_lock integer; __ivm_locked boolean := false;
+BEGIN
+  SELECT s.stream_table, p.tag, s.refresh_mode INTO __ivm_key, __ivm_tag, __ivm_mode
+    FROM {registry} AS s LEFT JOIN {programs} AS p ON p.stream_table = s.stream_table
+    WHERE s.stream_table = $1 OR pg_catalog.format('%I.%I', s.schema_name, s.table_name) = $1
+    ORDER BY s.stream_table = $1 DESC LIMIT 1;
+  IF __ivm_key IS NULL THEN
+    RAISE EXCEPTION USING MESSAGE = pg_catalog.format('dbt-ivm: no stream table %s is registered in %s', $1, {lit(catalog)}),
+      HINT = 'name it schema.table, as dbt-ivm status lists it';
+  END IF;
+  IF __ivm_mode = 'immediate' THEN
+    action := 'SKIP'; reason := 'refresh_mode=''immediate'': maintained by its writers'; changes_read := 0;
+    RETURN;
+  END IF;
+  IF __ivm_tag IS NULL THEN
+    RAISE EXCEPTION USING MESSAGE = pg_catalog.format('dbt-ivm: stream table %s has no refresh procedure yet', __ivm_key),
+      HINT = pg_catalog.format('dbt run or dbt-ivm refresh %s installs it (a table built by an earlier dbt-ivm)', __ivm_key);
+  END IF;
+  __ivm_lock := pg_catalog.hashtext({lit(LOCK_PREFIX)} || __ivm_key);
+  IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+    IF pg_catalog.now() <> pg_catalog.statement_timestamp() THEN
+      RAISE EXCEPTION 'dbt-ivm: CALL refresh(%) inside a READ COMMITTED transaction block', __ivm_key
+        USING HINT = 'CALL it on its own (as pg_cron does), or inside BEGIN ISOLATION LEVEL REPEATABLE READ';
+    END IF;
+    -- Before the refresh's snapshot, as dbt-ivm refresh takes it: a refresh under way finishes first.
+    PERFORM pg_catalog.pg_advisory_lock(__ivm_lock);
+    __ivm_locked := true;
+    COMMIT;
+    SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+  END IF;
+  BEGIN
+    EXECUTE pg_catalog.format('SELECT * FROM %I.%I(%L, NULL, false)', {lit(catalog)}, 'refresh_' || __ivm_tag,
+        {lit(CALL_INITIATED_BY)})
+      INTO action, reason, rows_inserted, rows_updated, rows_deleted, changes_read;
+  EXCEPTION WHEN OTHERS THEN
+    IF __ivm_locked THEN PERFORM pg_catalog.pg_advisory_unlock(__ivm_lock); END IF;
+    RAISE;
+  END;
+  IF __ivm_locked THEN
+    COMMIT;
+    BEGIN
+      EXECUTE pg_catalog.format('SELECT %I.%I()', {lit(catalog)}, 'refresh_' || __ivm_tag || '_cleanup');
+    EXCEPTION WHEN OTHERS THEN
+      RAISE WARNING 'dbt-ivm: the change buffers of % were not trimmed (%): the next refresh trims them', __ivm_key, SQLERRM;
+    END;
+    PERFORM pg_catalog.pg_advisory_unlock(__ivm_lock);
+  END IF;
+END
+"""
+    tag = next(t for t in (f"$ivm{n}$" for n in range(len(body) + 1)) if t not in body)
+    outputs = ", ".join(
+        f"INOUT {name} {kind} DEFAULT NULL"
+        for name, kind in (
+            ("action", "text"),
+            ("reason", "text"),
+            ("rows_inserted", "bigint"),
+            ("rows_updated", "bigint"),
+            ("rows_deleted", "bigint"),
+            ("changes_read", "bigint"),
+        )
+    )
+    return (
+        f"CREATE OR REPLACE PROCEDURE {qn(catalog, 'refresh')}(stream_table text, {outputs}) "
+        f"LANGUAGE plpgsql AS {tag}\n{body}{tag}"
+    )
