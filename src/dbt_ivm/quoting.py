@@ -25,3 +25,14 @@ def lit(value: str) -> str:
     "'it''s'"
     """
     return "'" + value.replace("'", "''") + "'"
+
+
+def dollar_quoted(body: str) -> str:
+    r"""A PL/pgSQL function's `body` between dollar quotes whose tag it does not contain, on a line of
+    its own.
+
+    >>> dollar_quoted("BEGIN RETURN '$ivm0$'; END")
+    "$ivm1$\nBEGIN RETURN '$ivm0$'; END$ivm1$"
+    """
+    tag = next(t for t in (f"$ivm{n}$" for n in range(len(body) + 1)) if t not in body)
+    return f"{tag}\n{body}{tag}"

@@ -41,6 +41,7 @@ from typing import Any
 
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.quoting import dollar_quoted
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
@@ -368,10 +369,9 @@ def _function_sql(function: str, buffer: str, marks: str, table: TableInfo) -> s
         f"END\n"
     )
     # Column names may contain any text, a dollar-quote tag too: pick one the body does not hold.
-    tag = next(t for t in (f"$ivm{n}$" for n in range(len(body) + 1)) if t not in body)
     return (
         f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
-        f"SET search_path = pg_catalog, pg_temp AS {tag}\n{body}{tag}"
+        f"SET search_path = pg_catalog, pg_temp AS {dollar_quoted(body)}"
     )
 
 

@@ -48,6 +48,7 @@ from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TREE_SQL
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import EVENTS, NEW_ROWS, OLD_ROWS, STRIPES, ExplicitPath, Statements
 from dbt_ivm.postgres.in_database import tag_of
+from dbt_ivm.quoting import dollar_quoted
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
@@ -369,11 +370,10 @@ BEGIN
   RETURN NULL;
 END
 """
-    tag = next(t for t in (f"$ivm{n}$" for n in range(len(body) + 1)) if t not in body)
     return (
         f"CREATE OR REPLACE FUNCTION {qn(catalog, function_name(stream_table))}() RETURNS trigger "
         f"LANGUAGE plpgsql SECURITY DEFINER SET search_path = {search_path} "
-        f"SET standard_conforming_strings = on AS {tag}\n{body}{tag}"
+        f"SET standard_conforming_strings = on AS {dollar_quoted(body)}"
     )
 
 

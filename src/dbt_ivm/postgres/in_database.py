@@ -9,7 +9,7 @@ import hashlib
 import time
 
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.quoting import lit, qn
+from dbt_ivm.quoting import dollar_quoted, lit, qn
 from dbt_ivm.spec import RefreshResult
 
 TABLE = "refresh_procedures"  # the catalog's table of installed refresh functions
@@ -133,7 +133,6 @@ BEGIN
   END IF;
 END
 """
-    tag = next(t for t in (f"$ivm{n}$" for n in range(len(body) + 1)) if t not in body)
     outputs = ", ".join(
         f"INOUT {name} {kind} DEFAULT NULL"
         for name, kind in (
@@ -147,5 +146,5 @@ END
     )
     return (
         f"CREATE OR REPLACE PROCEDURE {qn(catalog, 'refresh')}(stream_table text, {outputs}) "
-        f"LANGUAGE plpgsql AS {tag}\n{body}{tag}"
+        f"LANGUAGE plpgsql AS {dollar_quoted(body)}"
     )

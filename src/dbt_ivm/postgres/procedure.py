@@ -36,6 +36,7 @@ from dbt_ivm.postgres import capture, immediate, user_triggers
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import Statements
 from dbt_ivm.postgres.in_database import ARGUMENTS, LOCK_PREFIX, TABLE, function_name, tag_of
+from dbt_ivm.quoting import dollar_quoted
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
@@ -398,11 +399,10 @@ END
 
 def _function(name: str, arguments: str, returns: str | None, body: str, search_path: str) -> str:
     """CREATE OR REPLACE FUNCTION (`returns` None: its OUT arguments say what it returns)."""
-    tag = next(t for t in (f"$ivm{n}$" for n in range(len(body) + 1)) if t not in body)
     returning = "" if returns is None else f" RETURNS {returns}"
     return (
         f"CREATE OR REPLACE FUNCTION {name}({arguments}){returning} LANGUAGE plpgsql "
-        f"SET search_path = {search_path} SET standard_conforming_strings = on AS {tag}\n{body}{tag}"
+        f"SET search_path = {search_path} SET standard_conforming_strings = on AS {dollar_quoted(body)}"
     )
 
 
