@@ -50,7 +50,12 @@ def test_stream_tables_through_a_thrift_server_on_a_cluster(tmp_path: Path) -> N
                 text=True,
                 timeout=1800,
             )
-    assert child.returncode == 0, (child.stdout[-3000:], child.stderr[-5000:])
+    if child.returncode != 0:  # in full: an assertion's message would be cut short
+        pytest.fail(
+            f"the child exited {child.returncode}\n--- stdout ---\n{child.stdout[-3000:]}\n"
+            f"--- stderr ---\n{child.stderr[-5000:]}",
+            pytrace=False,
+        )
     assert "thrift ok" in child.stdout and "executors 2" in child.stdout, child.stdout
     # Created once, then only differential refreshes (or skips): no FULL, no rebuild.
     actions = child.stdout.split("actions ", 1)[1].splitlines()[0]

@@ -12,11 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlglot import exp
 
 from dbt_ivm.errors import InvalidQuery
+from dbt_ivm.spark.apply import TempViews
+from dbt_ivm.spark.changelog import create_change_view
 from dbt_ivm.spark.iceberg import current_snapshot_id
 from dbt_ivm.spark.runner import run_stream_table
 from dbt_ivm.spec import RefreshResult
+from dbt_ivm.sqltext import WEIGHT
 from tests.spark.oracle import make_spec, refresh_and_check
 
 pytestmark = pytest.mark.spark
@@ -259,3 +263,33 @@ def test_the_stream_tables_own_maintenance(spark: Any, spark_schema: str, proper
     for name in queries:
         spark.sql(f"DELETE FROM {s}.{name} WHERE region = 'r1'")
     refresh("written by hand", "FULL", "no dbt-ivm frontier")
+
+
+def test_writes_to_a_source_never_replan_a_refresh_s_staged_reads(spark: Any, spark_schema: str) -> None:
+    """A write or REFRESH TABLE on a source, from any thread of the application, re-plans every
+    cached plan that names the source (Spark's cache manager). A refresh's change set of a
+    merge-on-read source reads scan tasks staged in the driver and released when the refresh ends;
+    another thread can pick the cached plan up just before the release and re-plan it just after.
+    The cached plan must not name the source, so that neither the write nor the refresh fails."""
+    t = f"{spark_schema}.events"
+    modes = ", ".join(f"'{k}'='merge-on-read'" for k in MERGE_ON_READ)
+    spark.sql(f"CREATE TABLE {t} (id int, v int) USING iceberg TBLPROPERTIES ('format-version'='2', {modes})")
+    spark.sql(f"INSERT INTO {t} VALUES (1, 1), (2, 2), (3, 3)")
+    start = current_snapshot_id(spark, (spark_schema, "events"))
+    spark.sql(f"DELETE FROM {t} WHERE id = 2")
+    views = TempViews(spark)
+    try:
+        change = create_change_view(
+            spark, (spark_schema, "events"), views.name("raw"), start, read=["id", "v"]
+        )
+        assert change.path == "touched_files" and change.release is not None, change
+        delta = views.cached(
+            "delta", exp.select("id", "v", WEIGHT).from_(exp.table_(str(change.view), quoted=True))
+        )
+        assert spark.sql(f"SELECT id, {WEIGHT} FROM {delta.sql('spark')}").collect() == [(2, -1)]
+        change.release()  # the interleaving: released while the cached plan is still registered
+        spark.sql(f"REFRESH TABLE {t}")
+        spark.sql(f"INSERT INTO {t} VALUES (4, 4)")
+        assert spark.sql(f"SELECT count(*) FROM {t}").first() == (3,)
+    finally:
+        views.drop()

@@ -25,7 +25,9 @@ The reads are Iceberg scans of exactly those files with the deletes live at each
 file scan tasks planned at each snapshot are staged in Iceberg's ``ScanTaskSetManager`` and read
 through the ``scan-task-set-id`` read option (what Iceberg's own rewrite procedures use), which also
 serves the ``_file`` and ``_pos`` metadata columns the positions are matched on. Staged tasks stay
-in the driver until ``Staged.release`` runs.
+in the driver until ``Staged.release`` runs. The view's plan never names the table itself: a write or
+REFRESH TABLE anywhere in the application re-plans cached plans that name it, and one that did so
+just after the release would fail on the released tasks.
 """
 
 from __future__ import annotations
@@ -190,9 +192,13 @@ def create_touched_files_view(
         )
 
     try:
-        # plans no scan
+        # An empty relation of the right columns, not the table filtered to nothing: a plan that
+        # names the table is re-planned by any REFRESH TABLE or write to it in this application
+        # (Spark's cache manager), which after `release` fails on the staged reads beside it.
         view = weighed(
-            spark.read.table(quoted_name(table)).where("false").selectExpr(*columns.select_list()), 1, 0
+            _no_rows_like(spark, spark.read.table(quoted_name(table)).selectExpr(*columns.select_list())),
+            1,
+            0,
         )
         for seq, (snapshot, weight, files, positions) in enumerate(reads):
             read = read_at(snapshot, files, positions) if files else None
@@ -203,6 +209,14 @@ def create_touched_files_view(
         release()
         raise
     return Staged(images, release)
+
+
+def _no_rows_like(spark: Any, frame: Any) -> Any:
+    """An empty local relation with `frame`'s columns (built in the JVM: no Python rows, no table)."""
+    from pyspark.sql import DataFrame
+
+    rows = spark.sparkContext._jvm.java.util.ArrayList()
+    return DataFrame(spark._jsparkSession.createDataFrame(rows, frame._jdf.schema()), spark)
 
 
 def segment_files(loaded: Any, chain: Sequence[int]) -> SegmentFiles | str:
