@@ -288,3 +288,15 @@ def test_odd_identifiers(pg_conn: Any) -> None:
     )
     assert call(pg_conn, key)["action"] == "DIFFERENTIAL"
     assert_matches_query(pg_conn, 'Odd "schema" ü', "refresh", sql, "odd names, by CALL")
+
+
+def test_auto_batches_stay_the_engines(shop: Any) -> None:
+    """The engine lets the function apply batches under refresh_mode='differential' only: under AUTO
+    it weighs every batch itself and says why (the function records only runs that find nothing)."""
+    refresh(shop, "auto_totals", TOTALS)
+    for new_id in (21, 22):
+        execute(shop, f"INSERT INTO orders VALUES ({new_id}, 'c1', 5)")
+        done = refresh(shop, "auto_totals", TOTALS)
+        assert done.action == "DIFFERENTIAL" and done.reason is not None, done.summary()
+        assert_matches_query(shop, "public", "auto_totals", TOTALS, done.summary())
+    assert refresh(shop, "auto_totals", TOTALS).action == "SKIP"

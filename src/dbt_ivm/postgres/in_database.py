@@ -15,7 +15,14 @@ from dbt_ivm.spec import RefreshResult
 TABLE = "refresh_procedures"  # the catalog's table of installed refresh functions
 LOCK_PREFIX = "dbt_ivm refresh "  # + the stream table: the lock every refresh of it holds
 CALL_INITIATED_BY = "CALL dbt_ivm.refresh"  # the history's initiated_by for a refresh by CALL
-ARGUMENTS = "text, text, boolean"  # refresh_<tag>(initiated_by, invocation_id, only_if_nothing_to_do)
+# Bump when the functions' text, or the stream tables' layout they maintain, changes: the engine runs
+# only functions this version installed, and installs them anew (planning, so a table whose layout
+# changed is rebuilt) when they are another's.
+VERSION = 2
+ARGUMENTS = "text, text, bigint"
+UNBOUNDED_BATCH = (
+    2**62
+)  # a batch no refresh reaches: "any number of changes"  # refresh_<tag>(initiated_by, invocation_id, apply_up_to)
 
 
 def tag_of(stream_table: str) -> str:
@@ -36,18 +43,34 @@ def refresh_lock_key(stream_table: str) -> str:
     return LOCK_PREFIX + stream_table
 
 
-def refresh_if_nothing_to_do(
-    db: Db, catalog: str, stream_table: str, initiated_by: str, invocation_id: str | None = None
+def batch_limit(refresh_mode: str) -> int:
+    """The most changes the refresh function may apply for the engine: any batch when the mode is
+    differential; none otherwise (AUTO's choice, with its numbers, is the engine's)."""
+    return UNBOUNDED_BATCH if refresh_mode == "differential" else 0
+
+
+def refresh_by_function(
+    db: Db,
+    catalog: str,
+    stream_table: str,
+    refresh_mode: str,
+    initiated_by: str,
+    invocation_id: str | None = None,
 ) -> RefreshResult | None:
-    """A refresh that finds no change, done by the stream table's refresh function (the frontier moves,
-    the history row is written) without planning its query. None when there is something to do, or
-    the function leaves it to the engine: not installed, planned against a schema, view or capture
-    that has changed since, a capture trigger that is not ENABLE ALWAYS (the engine warns), a
-    table-level SELECT to narrow (postgres.privileges).
+    """The refresh, done by the stream table's refresh function without planning its query, when it
+    finds no change, or a batch under `refresh_mode='differential'`. None when it leaves the refresh
+    to the engine: not installed (or by another version); a reason for FULL, or a batch AUTO must
+    price; planned against a schema, view or capture that has changed since; a capture trigger that is
+    not ENABLE ALWAYS (the engine warns); a table-level SELECT to narrow (postgres.privileges); user
+    triggers on the stream table (the engine reads back what they changed, or disables them).
 
     The lock is taken before the snapshot, as the engine takes it: a refresh under way finishes first."""
     function = qn(catalog, function_name(stream_table))
-    if not db.value("SELECT to_regprocedure(%s) IS NOT NULL", (f"{function}({ARGUMENTS})",)):
+    installed = db.value(
+        f"SELECT version FROM {qn(catalog, TABLE)} WHERE stream_table = %s AND to_regprocedure(%s) IS NOT NULL",
+        (stream_table, f"{function}({ARGUMENTS})"),
+    )
+    if installed != VERSION:
         return None
     started = time.monotonic()
     lock = refresh_lock_key(stream_table)
@@ -55,7 +78,8 @@ def refresh_if_nothing_to_do(
     try:
         with db.transaction("REPEATABLE READ"):
             try:
-                done = db.one(f"SELECT * FROM {function}(%s, %s, true)", (initiated_by, invocation_id))
+                limit = batch_limit(refresh_mode)
+                done = db.one(f"SELECT * FROM {function}(%s, %s, %s)", (initiated_by, invocation_id, limit))
             except Exception:  # whatever it was (a serialization failure, say), the engine decides
                 done = None
             if done is None or done[0] is None:
@@ -115,7 +139,7 @@ BEGIN
     SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
   END IF;
   BEGIN
-    EXECUTE pg_catalog.format('SELECT * FROM %I.%I(%L, NULL, false)', {lit(catalog)}, 'refresh_' || __ivm_tag,
+    EXECUTE pg_catalog.format('SELECT * FROM %I.%I(%L, NULL, NULL::pg_catalog.int8)', {lit(catalog)}, 'refresh_' || __ivm_tag,
         {lit(CALL_INITIATED_BY)})
       INTO action, reason, rows_inserted, rows_updated, rows_deleted, changes_read;
   EXCEPTION WHEN OTHERS THEN

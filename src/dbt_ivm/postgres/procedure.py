@@ -30,18 +30,17 @@ are trimmed by the next refresh instead. Everything runs with the caller's right
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.postgres import capture, immediate, user_triggers
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import Statements
-from dbt_ivm.postgres.in_database import ARGUMENTS, LOCK_PREFIX, TABLE, function_name, tag_of
+from dbt_ivm.postgres.in_database import ARGUMENTS, LOCK_PREFIX, TABLE, VERSION, function_name, tag_of
 from dbt_ivm.quoting import dollar_quoted
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
-# Bump when the functions' text changes in a way an installed one must not keep.
-VERSION = 1
 # The stream table's columns as the functions were planned against them (compared at every CALL).
 TABLE_COLUMNS_SQL = (
     "(SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(a.attnum, a.attname, "
@@ -49,6 +48,25 @@ TABLE_COLUMNS_SQL = (
     "WHERE a.attrelid = pg_catalog.to_regclass({relation}) AND a.attnum > 0 AND NOT a.attisdropped)"
 )
 VIEW_SQL = "pg_catalog.md5(pg_catalog.pg_get_viewdef(pg_catalog.to_regclass({view})))"
+# A source's primary key and NOT NULL columns, which the plan's row keys and layout follow.
+SOURCE_KEYS_SQL = (
+    "pg_catalog.jsonb_build_array((SELECT COALESCE(pg_catalog.jsonb_agg(a.attname ORDER BY "
+    "pg_catalog.array_position(i.indkey, a.attnum)), '[]') FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a "
+    "ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = {oid}::pg_catalog.oid AND i.indisprimary), "
+    "(SELECT COALESCE(pg_catalog.jsonb_agg(a.attname ORDER BY a.attnum), '[]') FROM pg_catalog.pg_attribute a "
+    "WHERE a.attrelid = {oid}::pg_catalog.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull))"
+)
+
+
+class Basis(NamedTuple):
+    """What the statements were planned against, read at install (compared by `_stale_sql` at every
+    CALL): the stream table's columns; each source's captured columns, and its keys; each view's
+    definition."""
+
+    columns: str
+    captured: list[str]
+    keys: list[str]
+    views: list[str]
 
 
 @dataclass(frozen=True)
@@ -106,9 +124,7 @@ def _subscribed(table: TableInfo, catalog: str) -> str:
     )
 
 
-def _basis(db: Db, catalog: str, program: Program) -> tuple[str, list[str], list[str]]:
-    """What the statements were planned against, read now: the stream table's columns, each source's
-    captured columns, each view's definition (compared by `_stale_sql` at every CALL)."""
+def _basis(db: Db, catalog: str, program: Program) -> Basis:
     columns = db.value("SELECT " + TABLE_COLUMNS_SQL.format(relation=lit(program.relation)) + "::text")
     captured = [
         str(
@@ -119,13 +135,17 @@ def _basis(db: Db, catalog: str, program: Program) -> tuple[str, list[str], list
         )
         for s in program.sources
     ]
+    keys = [
+        str(db.value(f"SELECT ({SOURCE_KEYS_SQL.format(oid=lit(s.identity))})::text"))
+        for s in program.sources
+    ]
     views = [str(db.value("SELECT " + VIEW_SQL.format(view=lit(v)))) for v in program.views]
-    return str(columns), captured, views
+    return Basis(str(columns), captured, keys, views)
 
 
-def _stale_sql(catalog: str, program: Program, basis: tuple[str, list[str], list[str]]) -> str:
+def _stale_sql(catalog: str, program: Program, basis: Basis) -> str:
     """The body of ``refresh_<tag>_stale()``: why the statements no longer fit (NULL: they fit)."""
-    columns, captured, views = basis
+    columns, captured, keys, views = basis
     registered = (
         f"(SELECT s.fingerprint FROM {qn(catalog, 'stream_tables')} AS s "
         f"WHERE s.stream_table = {lit(program.stream_table)})"
@@ -146,13 +166,19 @@ def _stale_sql(catalog: str, program: Program, basis: tuple[str, list[str], list
                 "its refresh_mode changed to or from 'full'",
             )
         )
-    for source, stored in zip(program.sources, captured, strict=True):
+    for source, stored, planned_keys in zip(program.sources, captured, keys, strict=True):
         found = (
             f"EXISTS (SELECT 1 FROM {qn(catalog, 'change_buffers')} AS b WHERE b.source = {lit(source.qualified)} "
             f"AND b.source_oid = {lit(source.identity)}::pg_catalog.oid "
             f"AND b.capture_version = {capture.CAPTURE_VERSION} AND b.state -> 'columns' = {lit(stored)}::jsonb)"
         )
         cases.append((f"NOT {found}", f"the columns or the change capture of {source.qualified} changed"))
+        cases.append(
+            (
+                f"{SOURCE_KEYS_SQL.format(oid=lit(source.identity))} IS DISTINCT FROM {lit(planned_keys)}::jsonb",
+                f"the primary key or NOT NULL columns of {source.qualified} changed",
+            )
+        )
         renamed = f"pg_catalog.to_regclass({lit(qn(source.schema, source.name))}) IS DISTINCT FROM {lit(source.identity)}::pg_catalog.regclass"
         cases.append(
             (renamed, f"{source.qualified} now names another table (renamed, or dropped and created again)")
@@ -181,7 +207,7 @@ def _per_source(catalog: str, program: Program) -> str:
             f"AND kind = {lit(capture.SENTINEL)})"
         )
         reinstall = (
-            "IF __ivm_only_if_nothing_to_do THEN RETURN; END IF; RAISE EXCEPTION USING MESSAGE = pg_catalog.format('dbt-ivm: the change capture on %s %s', "
+            "IF __ivm_apply_up_to IS NOT NULL THEN RETURN; END IF; RAISE EXCEPTION USING MESSAGE = pg_catalog.format('dbt-ivm: the change capture on %s %s', "
             f"{label}, __ivm_why), HINT = pg_catalog.format('run dbt-ivm refresh %s: it reinstalls capture and "
             "refreshes FULL', __ivm_key);"
         )
@@ -215,7 +241,7 @@ def _per_source(catalog: str, program: Program) -> str:
     END IF;
     IF ({_not_always(source, catalog)}) THEN
       -- The engine warns at every refresh; a subscription's writes would go unseen: FULL.
-      IF __ivm_only_if_nothing_to_do THEN RETURN; END IF;
+      IF __ivm_apply_up_to IS NOT NULL THEN RETURN; END IF;
       IF __ivm_reason IS NULL AND ({_subscribed(source, catalog)}) THEN
         __ivm_reason := {lit(capture.ReplicaGap(source.qualified, True).full_reason())};
       END IF;
@@ -310,9 +336,12 @@ def refresh_sql(catalog: str, program: Program, search_path: str) -> str:
         else ""
     )
     apply = _apply(catalog, program, explicit)
+    has_user_triggers = (
+        "EXISTS (SELECT FROM pg_catalog.pg_trigger t "
+        f"WHERE {user_triggers.enabled_condition(f'pg_catalog.to_regclass({lit(relation)})')})"
+    )
     user_triggers_off = (
-        f"IF __ivm_settings ->> 'user_triggers' = 'off' AND EXISTS (SELECT FROM pg_catalog.pg_trigger t "
-        f"WHERE {user_triggers.enabled_condition(f'pg_catalog.to_regclass({lit(relation)})')}) THEN "
+        f"IF __ivm_settings ->> 'user_triggers' = 'off' AND {has_user_triggers} THEN "
         "RAISE EXCEPTION USING MESSAGE = pg_catalog.format('dbt-ivm: stream table %s has user_triggers=''off'' "
         "and user triggers: CALL refresh does not disable them', __ivm_key), "
         "HINT = 'run dbt-ivm refresh (it disables them around its MERGE), or use user_triggers=''auto''';"
@@ -348,7 +377,7 @@ BEGIN
   END IF;
   __ivm_stale := {qn(catalog, function_name(key, "_stale"))}();
   IF __ivm_stale IS NOT NULL THEN
-    IF __ivm_only_if_nothing_to_do THEN RETURN; END IF;
+    IF __ivm_apply_up_to IS NOT NULL THEN RETURN; END IF;
     RAISE EXCEPTION USING MESSAGE = pg_catalog.format('dbt-ivm: stream table %s changed since its refresh was planned: %s', __ivm_key, __ivm_stale),
       HINT = pg_catalog.format('run dbt-ivm refresh %s (or dbt run): it plans the query again and installs its refresh anew', __ivm_key);
   END IF;
@@ -360,9 +389,10 @@ BEGIN
   IF __ivm_reason IS NULL AND __ivm_frontier IS NULL THEN __ivm_reason := 'no frontier recorded'; END IF;
   IF __ivm_frontier IS NOT NULL AND __ivm_mode <> 'full' THEN {_per_source(catalog, program)}
   END IF;
-  IF __ivm_only_if_nothing_to_do AND (__ivm_reason IS NOT NULL OR __ivm_out_changes > 0 OR {_granted_whole(relation)}) THEN
+  IF __ivm_apply_up_to IS NOT NULL AND (__ivm_reason IS NOT NULL OR __ivm_out_changes > __ivm_apply_up_to
+      OR {_granted_whole(relation)} OR (__ivm_out_changes > 0 AND {has_user_triggers})) THEN
     __ivm_out_changes := NULL;
-    RETURN;  -- something to do: the caller's engine does it
+    RETURN;  -- more than the caller lets it do: the caller's engine does it
   END IF;
   {user_triggers_off}
   __ivm_before := ARRAY[{counted}];
@@ -390,7 +420,7 @@ BEGIN
 END
 """
     outputs = (
-        "__ivm_initiated_by text, __ivm_invocation_id text, __ivm_only_if_nothing_to_do boolean, "
+        "__ivm_initiated_by text, __ivm_invocation_id text, __ivm_apply_up_to bigint, "
         "OUT __ivm_out_action text, OUT __ivm_out_reason text, OUT __ivm_out_inserted bigint, "
         "OUT __ivm_out_updated bigint, OUT __ivm_out_deleted bigint, OUT __ivm_out_changes bigint"
     )
@@ -418,9 +448,7 @@ def cleanup_sql(catalog: str, program: Program, search_path: str) -> str:
     )
 
 
-def stale_function_sql(
-    catalog: str, program: Program, basis: tuple[str, list[str], list[str]], search_path: str
-) -> str:
+def stale_function_sql(catalog: str, program: Program, basis: Basis, search_path: str) -> str:
     """``refresh_<tag>_stale()``: why the statements no longer fit (NULL: they fit)."""
     body = f"BEGIN\n  RETURN ({_stale_sql(catalog, program, basis)});\nEND\n"
     return _function(
@@ -432,6 +460,10 @@ def install(db: Db, catalog: str, program: Program, search_path: str) -> None:
     """Create (or replace) the stream table's refresh functions, in the caller's transaction (the
     catalog's procedure that calls them is the registry's: `in_database.dispatcher_sql`)."""
     basis = _basis(db, catalog, program)
+    # Version 1 took (text, text, boolean): another function, which would linger beside this one.
+    db.execute(
+        f"DROP FUNCTION IF EXISTS {qn(catalog, function_name(program.stream_table))}(text, text, boolean)"
+    )
     for sql in (
         stale_function_sql(catalog, program, basis, search_path),
         cleanup_sql(catalog, program, search_path),

@@ -298,11 +298,21 @@ class PostgresBackend:
         registered, spec = self._registered, self.spec
         if spec.refresh_mode == "immediate" or registered.refresh_mode == "immediate":
             return self._check_immediate(sql, registered)
-        if registered.needs_full is None and spec.refresh_mode == registered.refresh_mode:
-            # Most runs find nothing changed: the stream table's function in the database says so
-            # (and records it) without planning the query, unless something needs the engine.
-            done = in_database.refresh_if_nothing_to_do(
-                self.db, spec.catalog_schema, _key(spec), spec.initiated_by, spec.invocation_id
+        if (
+            registered.needs_full is None
+            and spec.refresh_mode == registered.refresh_mode
+            and run_settings.to_keep(spec, registered.run_settings) is None  # the function reads those
+        ):
+            # Most runs find nothing changed or a differential batch: the stream table's function in
+            # the database refreshes (and records it) without planning the query, unless something
+            # needs the engine.
+            done = in_database.refresh_by_function(
+                self.db,
+                spec.catalog_schema,
+                _key(spec),
+                spec.refresh_mode,
+                spec.initiated_by,
+                spec.invocation_id,
             )
             if done is not None:
                 return done

@@ -1,8 +1,8 @@
 """Refreshes without dbt on PostgreSQL (`dbt-ivm refresh`): the registered stream tables as their last
 `dbt run` stored them (defining query, refresh mode, the model's run settings), refreshed by
 ``dbt_ivm.scheduling`` in dependency order. IMMEDIATE stream tables are always current and are left out.
-A stream table with nothing to do is refreshed by its function in the database (`in_database`): a
-pass where nothing changed never loads the planner.
+A stream table with nothing to do, or a differential batch, is refreshed by its function in the
+database (`in_database`): such a pass never loads the planner.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, cast, get_args
 from dbt_ivm import run_settings
 from dbt_ivm.errors import IvmError
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.postgres.in_database import refresh_if_nothing_to_do
+from dbt_ivm.postgres.in_database import refresh_by_function
 from dbt_ivm.quoting import qn
 from dbt_ivm.scheduling import Outcome, Registered, refresh_in_order, unknown_names
 from dbt_ivm.spec import RefreshMode, RefreshResult, StreamTableSpec
@@ -64,7 +64,7 @@ def refresh_due(connection: Any, catalog: str, names: Iterable[str] = ()) -> lis
     keys = {id(t.spec): t.stream_table for t in tables}
 
     def run(spec: StreamTableSpec) -> RefreshResult:
-        done = refresh_if_nothing_to_do(db, catalog, keys[id(spec)], INITIATED_BY)
+        done = refresh_by_function(db, catalog, keys[id(spec)], spec.refresh_mode, INITIATED_BY)
         if done is not None:
             return done
         from dbt_ivm.postgres.runner import run_stream_table  # the planner: only when there is work
