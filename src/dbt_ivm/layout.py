@@ -3,7 +3,8 @@
 Three kinds of stream table:
 
 * ``aggregate`` — one row per group; key = the group keys; hidden state lets every aggregate be
-  updated from its old value and the delta (a reference count, sums, non-NULL counts). A recomputed
+  updated from its old value and the delta (a reference count, sums, non-NULL counts). An output
+  that is a bare ``COUNT(*)`` holds the reference count itself. A recomputed
   aggregate (MIN, MAX, HAVING …, see `Aggregate.recomputed`) keeps no state: its touched groups are
   recomputed from their rows.
 * ``keyed`` — a select/project/join over tables that all have primary keys; every result row is
@@ -22,7 +23,11 @@ Three kinds of stream table:
 ...                   StaticCatalog([orders]), "customer_totals")
 >>> lay = layout_of(plan)
 >>> lay.kind, lay.key, lay.hidden
-('aggregate', ('customer',), ('__ivm_count', '__ivm_a0_sum', '__ivm_a0_nn'))
+('aggregate', ('customer',), ('__ivm_count', '__ivm_a0_nn'))
+>>> counted = build_plan("SELECT customer, COUNT(*) AS n FROM orders GROUP BY customer",
+...                      StaticCatalog([orders]), "order_counts")
+>>> layout_of(counted).hidden, layout_of(counted).stored(COUNT)
+((), 'n')
 >>> customers = TableInfo("public", "customers", (Column("id", "int"), Column("name", "text")), ("id",))
 >>> plan = build_plan("SELECT o.id AS order_id, c.name FROM orders o JOIN customers c ON o.customer = c.name",
 ...                   StaticCatalog([orders, customers]), "order_names")
@@ -39,7 +44,9 @@ from typing import Literal
 from sqlglot import exp
 
 from dbt_ivm.delta.aggregates import REGISTRY
-from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.delta.aggregates.count_star import COUNT_STAR
+from dbt_ivm.delta.aggregates.sum import SUM
+from dbt_ivm.plan.build import agg_placeholder, group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate, Plan, Project, Scan, items_of
 from dbt_ivm.reserved import internal_column
 
@@ -56,11 +63,18 @@ class Layout:
     hidden: tuple[str, ...]  # bookkeeping columns the delta computes (not DUP / HASH)
     key: tuple[str, ...]  # columns that identify a row (multiset: all user columns, plus DUP)
     group_columns: tuple[str, ...] = ()  # aggregate: the column holding each group key, by index
+    # aggregate: state kept in a column the query shows (COUNT(*) AS n: the row count is n), as
+    # (state, column) pairs; any other state is in the hidden column named like it
+    shown_states: tuple[tuple[str, str], ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
         """Columns a row delta carries (user + hidden), in table order."""
         return self.user + self.hidden
+
+    def stored(self, state: str) -> str:
+        """The column that holds an aggregate's `state` (COUNT, or one of `state_columns`)."""
+        return dict(self.shown_states).get(state, state)
 
     @property
     def is_global_aggregate(self) -> bool:
@@ -115,14 +129,58 @@ def _aggregate_layout(plan: Aggregate, user: tuple[str, ...]) -> Layout:
     group_columns: list[str] = []
     hidden: list[str] = []
     for index in range(len(plan.group_by)):
-        placeholder = exp.column(group_placeholder(index), quoted=True)
-        shown = next((o.name for o in plan.outputs if o.expression == placeholder), None)
-        if shown is None:
-            shown = f"__ivm_g{index}"
-            hidden.append(shown)
-        group_columns.append(shown)
+        column = _output_of(plan, group_placeholder(index))
+        if column is None:
+            column = f"__ivm_g{index}"
+            hidden.append(column)
+        group_columns.append(column)
+    shown: dict[str, str] = {}
     if not plan.recomputed:  # a recomputed group's rows are read again; it keeps no state
-        hidden.append(COUNT)
-        for call in plan.calls:
-            hidden.extend(state_columns(call))
-    return Layout("aggregate", user, tuple(hidden), tuple(group_columns), tuple(group_columns))
+        shown = _shown_states(plan)
+        hidden.extend(
+            state
+            for state in (COUNT, *(s for call in plan.calls for s in state_columns(call)))
+            if state not in shown
+        )
+    return Layout(
+        "aggregate", user, tuple(hidden), tuple(group_columns), tuple(group_columns), tuple(shown.items())
+    )
+
+
+def _shown_states(plan: Aggregate) -> dict[str, str]:
+    """The aggregate state an output already holds, by state: a bare COUNT(*) holds the row count, a
+    bare SUM(x) its sum; the non-NULL count of a column that cannot be NULL is the row count."""
+    shown: dict[str, str] = {}
+    for call in plan.calls:
+        output = _output_of(plan, agg_placeholder(call.index))
+        if call.func == COUNT_STAR.name and output is not None:
+            shown.setdefault(COUNT, output)
+    for call in plan.calls:
+        if call.func == SUM.name:
+            total, non_null = state_columns(call)
+            output = _output_of(plan, agg_placeholder(call.index))
+            if output is not None:
+                shown[total] = output
+            if _never_null(plan, call.argument):
+                shown[non_null] = shown.get(COUNT, COUNT)
+    return shown
+
+
+def _output_of(plan: Aggregate, placeholder: str) -> str | None:
+    """The output that is `placeholder` as it is."""
+    wanted = exp.column(placeholder, quoted=True)
+    return next((o.name for o in plan.outputs if o.expression == wanted), None)
+
+
+def _never_null(plan: Aggregate, argument: exp.Expr | None) -> bool:
+    """Is `argument` a NOT NULL column of the aggregate's only table (no outer join can null it)?"""
+    items = items_of(plan.input)
+    if not isinstance(argument, exp.Column) or len(items) != 1 or not isinstance(items[0], Scan):
+        return False
+    scan = items[0]
+    return any(
+        internal_column(scan.table, c.name) == argument.name
+        and argument.table == scan.alias
+        and not c.nullable
+        for c in scan.table.columns
+    )

@@ -177,10 +177,11 @@ class GroupChange:
             group_placeholder(i): exp.column(group_placeholder(i), change, quoted=True)
             for i in range(len(plan.group_by))
         }
-        values[COUNT] = plus(exp.column(COUNT, stored, quoted=True), exp.column(COUNT, change, quoted=True))
+        stored_count = exp.column(self.layout.stored(COUNT), stored, quoted=True)
+        values[COUNT] = plus(stored_count, exp.column(COUNT, change, quoted=True))
         for call in plan.calls:
             names = grouping.state_names(call)
-            old: list[exp.Expr] = [exp.column(n, stored, quoted=True) for n in names]
+            old: list[exp.Expr] = [exp.column(self.layout.stored(n), stored, quoted=True) for n in names]
             new: list[exp.Expr] = [exp.column(n, change, quoted=True) for n in names]
             values.update(zip(names, REGISTRY[call.func].merge(old, new), strict=True))
         return values
