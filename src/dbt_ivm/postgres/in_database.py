@@ -56,6 +56,7 @@ def refresh_by_function(
     refresh_mode: str,
     initiated_by: str,
     invocation_id: str | None = None,
+    locked: bool = False,
 ) -> RefreshResult | None:
     """The refresh, done by the stream table's refresh function without planning its query, when it
     finds no change, or a batch under `refresh_mode='differential'`. None when it leaves the refresh
@@ -64,7 +65,8 @@ def refresh_by_function(
     not ENABLE ALWAYS (the engine warns); a table-level SELECT to narrow (postgres.privileges); user
     triggers on the stream table (the engine reads back what they changed, or disables them).
 
-    The lock is taken before the snapshot, as the engine takes it: a refresh under way finishes first."""
+    The lock is taken before the snapshot, as the engine takes it, unless the caller holds it
+    (`locked`): a refresh under way finishes first."""
     function = qn(catalog, function_name(stream_table))
     installed = db.value(
         f"SELECT version FROM {qn(catalog, TABLE)} WHERE stream_table = %s AND to_regprocedure(%s) IS NOT NULL",
@@ -74,7 +76,8 @@ def refresh_by_function(
         return None
     started = time.monotonic()
     lock = refresh_lock_key(stream_table)
-    db.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock,))
+    if not locked:
+        db.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock,))
     try:
         with db.transaction("REPEATABLE READ"):
             try:
@@ -85,11 +88,12 @@ def refresh_by_function(
             if done is None or done[0] is None:
                 db.execute("ROLLBACK AND CHAIN")  # undo what the check touched
                 return None
-        # Trim the buffers as the engine's refresh does, after the commit (postgres.procedure).
-        with db.transaction():
-            db.execute(f"SELECT {qn(catalog, function_name(stream_table, '_cleanup'))}()")
+        # Trim the buffers as the engine's refresh does, after the commit (postgres.procedure); one
+        # statement in autocommit is a transaction of its own.
+        db.execute(f"SELECT {qn(catalog, function_name(stream_table, '_cleanup'))}()")
     finally:
-        db.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock,))
+        if not locked:
+            db.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock,))
     action, reason, inserted, updated, deleted, changes = done
     return RefreshResult(
         action=action,

@@ -313,6 +313,7 @@ class PostgresBackend:
                 spec.refresh_mode,
                 spec.initiated_by,
                 spec.invocation_id,
+                locked=True,  # the lifecycle holds it (serialized)
             )
             if done is not None:
                 return done
