@@ -113,7 +113,9 @@ def test_a_pass_with_nothing_to_do_never_loads_the_planner(shop: Any, pg_dsn: st
     assert_matches_query(shop, "public", "customer_totals", TOTALS)
     assert_matches_query(shop, "public", "big_spenders", BIG_SPENDERS)
     # A reason for FULL is the engine's (the function would recompute as well, but the engine logs why).
-    execute(shop, f"UPDATE {CATALOG}.stream_tables SET needs_full = 'by hand' WHERE table_name = 'big_spenders'")
+    execute(
+        shop, f"UPDATE {CATALOG}.stream_tables SET needs_full = 'by hand' WHERE table_name = 'big_spenders'"
+    )
     out = cli_pass()
     assert "planner loaded" in out and "FULL" in out, out
     # A source whose columns changed: its functions no longer fit, so the engine plans again (and
