@@ -3,8 +3,9 @@
 Three kinds of stream table:
 
 * ``aggregate`` — one row per group; key = the group keys; hidden state lets every aggregate be
-  updated from its old value and the delta (a reference count, sums, non-NULL counts). An output
-  that is a bare ``COUNT(*)`` holds the reference count itself. A recomputed
+  updated from its old value and the delta (a reference count, sums, non-NULL counts). State an
+  output already holds is kept there (`Layout.shown_states`): a bare ``COUNT(*)`` is the reference
+  count, a bare ``SUM(x)`` its sum. A recomputed
   aggregate (MIN, MAX, HAVING …, see `Aggregate.recomputed`) keeps no state: its touched groups are
   recomputed from their rows.
 * ``keyed`` — a select/project/join over tables that all have primary keys; every result row is

@@ -19,10 +19,8 @@ CALL_INITIATED_BY = "CALL dbt_ivm.refresh"  # the history's initiated_by for a r
 # only functions this version installed, and installs them anew (planning, so a table whose layout
 # changed is rebuilt) when they are another's.
 VERSION = 3
-ARGUMENTS = "text, text, bigint"
-UNBOUNDED_BATCH = (
-    2**62
-)  # a batch no refresh reaches: "any number of changes"  # refresh_<tag>(initiated_by, invocation_id, apply_up_to)
+ARGUMENTS = "text, text, bigint"  # refresh_<tag>(initiated_by, invocation_id, apply_up_to)
+UNBOUNDED_BATCH = 2**62  # a batch no refresh reaches: "any number of changes"
 
 
 def tag_of(stream_table: str) -> str:
