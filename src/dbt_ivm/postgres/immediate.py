@@ -46,7 +46,15 @@ from dbt_ivm.layout import HASH
 from dbt_ivm.postgres import user_triggers
 from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TREE_SQL
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.postgres.immediate_sql import EVENTS, NEW_ROWS, OLD_ROWS, STRIPES, ExplicitPath, Statements
+from dbt_ivm.postgres.immediate_sql import (
+    EVENTS,
+    NEW_ROWS,
+    OLD_ROWS,
+    STRIPES,
+    ExplicitPath,
+    Statements,
+    netted_insert,
+)
 from dbt_ivm.postgres.in_database import tag_of
 from dbt_ivm.quoting import dollar_quoted
 from dbt_ivm.reserved import internal_columns
@@ -228,6 +236,16 @@ class Explicit:
         )
 
 
+def net_pending(stream_table: str, sources: list[TableInfo]) -> str:
+    """Replace the rows of each pending table by their net effect, which `combined` reads."""
+    statements = []
+    for index, source in enumerate(sources):
+        table = f"pg_temp.{q(pending_table(stream_table, index, source))}"
+        names = ", ".join(q(c) for c in (WEIGHT, *internal_columns(source)))
+        statements.append(netted_insert(table, source, f"DELETE FROM {table} RETURNING {names}") + ";")
+    return " ".join(statements)
+
+
 def clear_pending(stream_table: str, sources: list[TableInfo]) -> str:
     return " ".join(
         f"DELETE FROM pg_temp.{q(pending_table(stream_table, i, t))};" for i, t in enumerate(sources)
@@ -351,6 +369,7 @@ BEGIN
         -- A TRUNCATE gave the source new storage: this recompute accounts for it.
         UPDATE {state} SET storage = ({storage_sql(stream_table, sources)}) WHERE stream_table = {lit(stream_table)};
       ELSE
+        {net_pending(stream_table, sources)}
         {explicit.or_merge(f"EXECUTE {lit(path.combined)};" if path else "", f"EXECUTE {lit(statements.combined)};")}
       END IF;
     EXCEPTION WHEN {passed_on} THEN RAISE;

@@ -38,10 +38,11 @@ from dbt_ivm.keys import Target, with_hash
 from dbt_ivm.layout import DUP, Layout
 from dbt_ivm.plan.nodes import Plan
 from dbt_ivm.reserved import internal_columns, renamed_select, source_relation
-from dbt_ivm.sqltext import WEIGHT
+from dbt_ivm.sqltext import WEIGHT, q
 
 DIALECT = "postgres"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
+RAW_ROWS = "__ivm_raw_rows"  # pending changes before they are netted
 EVENTS = ("INSERT", "UPDATE", "DELETE")
 STRIPES = 64  # a power of two: a hash's low bits pick the stripe
 TRANSITION_TABLES = {"INSERT": (NEW_ROWS,), "DELETE": (OLD_ROWS,), "UPDATE": (OLD_ROWS, NEW_ROWS)}
@@ -122,9 +123,19 @@ def transition_changes(table: TableInfo, event: str) -> exp.Expr:
 
 
 def pending_changes(pending: exp.Table, table: TableInfo) -> exp.Expr:
-    """The net effect of the changes kept in `pending` for `table` (several statements' worth)."""
+    """The changes kept in `pending` for `table`, already netted by `netted_insert` (several
+    statements' or a whole batch's worth). Netted inline instead, the planner took the window
+    subquery for a few rows and re-ran it for every row of an outer loop (TPC-H Q5: 240 times)."""
+    return pending.copy()
+
+
+def netted_insert(pending: str, table: TableInfo, raw: str) -> str:
+    """INSERT into the temp table `pending` (quoted) of the net effect of the raw changes the query
+    or ``DELETE … RETURNING`` `raw` yields (the weight and `table`'s internal columns)."""
     names = internal_columns(table)
-    return compacted(pending, names, row_image(names)).subquery()
+    rows = compacted(exp.table_(RAW_ROWS, quoted=True), names, row_image(names))
+    listed = ", ".join(q(c) for c in (*names, WEIGHT))
+    return f"WITH {q(RAW_ROWS)} AS ({raw}) INSERT INTO {pending} ({listed}) {rows.sql(DIALECT)}"
 
 
 def apply_statement(layout: Layout, delta: exp.Query, stream_table: exp.Table, target: Target) -> exp.Merge:

@@ -35,7 +35,7 @@ from typing import NamedTuple
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.postgres import capture, immediate, user_triggers
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.postgres.immediate_sql import Statements
+from dbt_ivm.postgres.immediate_sql import Statements, netted_insert
 from dbt_ivm.postgres.in_database import ARGUMENTS, LOCK_PREFIX, TABLE, VERSION, function_name, tag_of
 from dbt_ivm.quoting import dollar_quoted
 from dbt_ivm.reserved import internal_columns
@@ -264,7 +264,8 @@ def _granted_whole(relation: str) -> str:
 
 
 def _fill_pending(catalog: str, program: Program) -> str:
-    """Copy each changed source's pending changes into the session's pending table, then give every
+    """Copy the net effect of each changed source's pending changes into the session's pending table
+    (`immediate_sql.pending_changes`), then give every
     pending table statistics: a new session's are unanalyzed, and the planner would take an empty one
     for hundreds of rows (and scan the other side of a join whole)."""
     parts = [immediate.create_pending(program.stream_table, program.sources)]
@@ -274,10 +275,8 @@ def _fill_pending(catalog: str, program: Program) -> str:
         names = ", ".join(q(c) for c in (WEIGHT, *internal_columns(source)))
         virtual = program.virtual[index] if program.virtual else {}
         rows = capture.raw_changes_sql(catalog, source, "__ivm_frontier", virtual)
-        parts.append(
-            f"DELETE FROM {table}; IF {index} = ANY (__ivm_changed) THEN "
-            f"INSERT INTO {table} ({names}) SELECT {names} FROM {rows} AS r; END IF;"
-        )
+        netted = netted_insert(table, source, f"SELECT {names} FROM {rows} AS r")
+        parts.append(f"DELETE FROM {table}; IF {index} = ANY (__ivm_changed) THEN {netted}; END IF;")
         tables.append(table)
     parts.append(f"ANALYZE {', '.join(tables)};")
     return "\n    ".join(parts)
