@@ -14,6 +14,9 @@ sum telescopes across them. A row removed and put back unchanged (an update that
 a copy-on-write rewrite carrying a row over into a new file) sums to 0 and disappears. Without a
 key, identical rows are interchangeable: a net weight of n becomes n rows of weight sign(n).
 
+With the table's key, only the changes of keys changed more than once are compared image by image:
+a row whose key no other change has is already its net effect.
+
 `image` identifies a row image. By default it is the columns themselves; PostgreSQL passes the row's
 text form, which every type has (json and point have no equality operator to partition by) and which
 tells apart values that compare equal but differ (1.0 and 1.00).
@@ -37,20 +40,32 @@ from sqlglot import exp
 from dbt_ivm.delta.terms import aliased
 from dbt_ivm.sqltext import WEIGHT, columns
 
-IMAGE, NET, RANK = "__ivm_image", "__ivm_net", "__ivm_rank"
+IMAGE, NET, RANK, KEY_ROWS = "__ivm_image", "__ivm_net", "__ivm_rank", "__ivm_key_rows"
 
 
-def compacted(raw: exp.Expr, names: Sequence[str], image: exp.Expr | None = None) -> exp.Select:
+def compacted(
+    raw: exp.Expr, names: Sequence[str], image: exp.Expr | None = None, key: Sequence[str] = ()
+) -> exp.Select:
     """SELECT of the columns `names` + weight (±1 rows): the net effect of the raw change relation `raw`.
 
-    `image`: an expression over `raw`'s columns that identifies a row image (default: the columns)."""
+    `image`: an expression over `raw`'s columns that identifies a row image (default: the columns).
+    `key`: columns among `names` no two rows of the table share (its primary key): a row whose key
+    no other change has is its own net effect, and its image is not computed (most rows of a batch;
+    PostgreSQL's text image of a wide row cost more than the rest of netting it)."""
     carried = [*names, WEIGHT]
     source = aliased(raw, "__ivm_raw")
     # Several partition columns: carried as they are, the window partitions by all of them.
     partition = list(names)
+    if image is not None and key:
+        keyed = columns(key)
+        counted = exp.Window(this=exp.func("COUNT", exp.Star()), partition_by=keyed)
+        counting = exp.select(*columns(carried), exp.alias_(counted, KEY_ROWS, quoted=True)).from_(source)
+        shared = exp.GT(this=exp.column(KEY_ROWS, quoted=True), expression=exp.Literal.number(1))
+        image = exp.Case(ifs=[exp.If(this=shared, true=image)])
+        source, partition = aliased(counting, "__ivm_counted"), [*key, IMAGE]
     if image is not None:
         imaged = exp.select(*columns(carried), exp.alias_(image, IMAGE, quoted=True)).from_(source)
-        source, partition = aliased(imaged, "__ivm_imaged"), [IMAGE]
+        source, partition = aliased(imaged, "__ivm_imaged"), partition if key else [IMAGE]
     [weight, net_sum, rank_number] = columns([WEIGHT, NET, RANK])
     net = exp.Window(this=exp.func("SUM", weight.copy()), partition_by=columns(partition))
     # Raw weights are ±1: keep |net| of the rows whose sign is the net's.

@@ -133,7 +133,8 @@ def netted_insert(pending: str, table: TableInfo, raw: str) -> str:
     """INSERT into the temp table `pending` (quoted) of the net effect of the raw changes the query
     or ``DELETE … RETURNING`` `raw` yields (the weight and `table`'s internal columns)."""
     names = internal_columns(table)
-    rows = compacted(exp.table_(RAW_ROWS, quoted=True), names, row_image(names))
+    key = internal_columns(table, table.primary_key)
+    rows = compacted(exp.table_(RAW_ROWS, quoted=True), names, row_image(names), key)
     listed = ", ".join(q(c) for c in (*names, WEIGHT))
     return f"WITH {q(RAW_ROWS)} AS ({raw}) INSERT INTO {pending} ({listed}) {rows.sql(DIALECT)}"
 

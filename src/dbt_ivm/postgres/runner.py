@@ -764,7 +764,7 @@ def _row_delta(
             capture.raw_changes_sql(spec.catalog_schema, source, capture.snapshot(current.frontier), virtual),
         )
         columns = internal_columns(source)
-        net = compacted(raw.table, columns, row_image(columns))
+        net = compacted(raw.table, columns, row_image(columns), internal_columns(source, source.primary_key))
         delta_table = pg_apply.temp_table(db, f"delta_{index}", pg_apply.render(net, raw))
         pg_apply.analyze(db, delta_table)
         bindings.delta[source.qualified] = delta_table
