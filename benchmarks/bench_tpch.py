@@ -314,7 +314,7 @@ class PostgresEngine:
         failure = ""
         refreshed: RefreshResult | None = None
         started = time.monotonic()
-        with clocked(steps) as clocks, PlanRecorder(out) as recorder:
+        with self.nested_plans(out) as nested, clocked(steps) as clocks, PlanRecorder(out) as recorder:
             try:
                 with self.time_limit(self.profile_timeout):
                     refreshed = self.run_stream_table(self.conn, self.specs[number])
@@ -338,7 +338,38 @@ class PostgresEngine:
             lines.append(f"  - the refresh failed: {failure}; {recorder.failed}")
         for statement_seconds, statement, _ in sorted(recorder.log, key=lambda item: -item[0])[:5]:
             lines.append(f"  - {statement_seconds * 1e3:9.1f} ms  `{one_line(statement, 160)}`")
+        if nested:
+            lines.append(f"  - inside the database (statements over {NESTED_PLAN_MS} ms, executor time):")
+            for milliseconds, statement in sorted(nested, key=lambda item: -item[0])[:5]:
+                lines.append(f"    - {milliseconds:9.1f} ms  `{one_line(statement, 160)}`")
         return lines, refreshed
+
+    @contextlib.contextmanager
+    def nested_plans(self, out: Any) -> Iterator[list[tuple[float, str]]]:
+        """The plans of what the stream table's refresh function runs inside the database (the
+        recorder sees only the call), by auto_explain into the server log: their (ms, text) are
+        yielded, their plans written to `out`."""
+        log = self.data_dir / SERVER_LOG
+        offset = log.stat().st_size if log.exists() else 0
+        self.execute("LOAD 'auto_explain'")
+        for name, value in (("log_nested_statements", "on"), ("log_analyze", "on")):
+            self.execute(f"SET auto_explain.{name} = {value}")
+        self.execute(f"SET auto_explain.log_min_duration = {NESTED_PLAN_MS}")
+        found: list[tuple[float, str]] = []
+        try:
+            yield found
+        finally:
+            self.execute("SET auto_explain.log_min_duration = -1")
+            with log.open(errors="replace") as text:
+                text.seek(offset)
+                logged = text.read()
+            print(f"\n----- plans inside the database (auto_explain)\n{logged}", file=out)
+            for entry in logged.split(" duration: ")[1:]:
+                milliseconds, _, rest = entry.partition(" ms")
+                query = rest.partition("Query Text: ")[2].partition("\n")[0]
+                if query.lstrip().upper().startswith("SELECT * FROM"):
+                    continue  # the call itself, timed by the recorder
+                found.append((float(milliseconds), query))
 
     def explain(self, sql: str) -> str:
         with self.conn.cursor() as cur:
@@ -358,6 +389,8 @@ class PostgresEngine:
 
 
 QUERY_CANCELED = "57014"  # SQLSTATE of a statement cancelled by statement_timeout
+SERVER_LOG = "server.log"  # in the data directory (dbt_ivm.embedded.postgres_server)
+NESTED_PLAN_MS = 50  # statements the refresh function runs that auto_explain logs when profiling
 
 
 class TimedOut(Exception):
