@@ -37,7 +37,9 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
+from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta.terms import aliased
+from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, columns
 
 IMAGE, NET, RANK, KEY_ROWS = "__ivm_image", "__ivm_net", "__ivm_rank", "__ivm_key_rows"
@@ -56,16 +58,17 @@ def compacted(
     source = aliased(raw, "__ivm_raw")
     # Several partition columns: carried as they are, the window partitions by all of them.
     partition = list(names)
-    if image is not None and key:
-        keyed = columns(key)
-        counted = exp.Window(this=exp.func("COUNT", exp.Star()), partition_by=keyed)
-        counting = exp.select(*columns(carried), exp.alias_(counted, KEY_ROWS, quoted=True)).from_(source)
-        shared = exp.GT(this=exp.column(KEY_ROWS, quoted=True), expression=exp.Literal.number(1))
-        image = exp.Case(ifs=[exp.If(this=shared, true=image)])
-        source, partition = aliased(counting, "__ivm_counted"), [*key, IMAGE]
     if image is not None:
+        if key:
+            counted = exp.Window(this=exp.func("COUNT", exp.Star()), partition_by=columns(key))
+            counting = exp.select(*columns(carried), exp.alias_(counted, KEY_ROWS, quoted=True)).from_(source)
+            shared = exp.GT(this=exp.column(KEY_ROWS, quoted=True), expression=exp.Literal.number(1))
+            source, image = (
+                aliased(counting, "__ivm_counted"),
+                exp.Case(ifs=[exp.If(this=shared, true=image)]),
+            )
         imaged = exp.select(*columns(carried), exp.alias_(image, IMAGE, quoted=True)).from_(source)
-        source, partition = aliased(imaged, "__ivm_imaged"), partition if key else [IMAGE]
+        source, partition = aliased(imaged, "__ivm_imaged"), [*key, IMAGE]
     [weight, net_sum, rank_number] = columns([WEIGHT, NET, RANK])
     net = exp.Window(this=exp.func("SUM", weight.copy()), partition_by=columns(partition))
     # Raw weights are ±1: keep |net| of the rows whose sign is the net's.
@@ -83,6 +86,13 @@ def compacted(
         .where(exp.EQ(this=exp.Sign(this=weight.copy()), expression=exp.Sign(this=net_sum.copy())))
         .where(exp.LTE(this=rank_number, expression=exp.Abs(this=net_sum)))
     )
+
+
+def text_netted(raw: exp.Expr, table: TableInfo) -> exp.Select:
+    """PostgreSQL: the net effect of `table`'s raw changes `raw` (its internal columns + weight),
+    rows compared by their text image, its primary key first."""
+    names = internal_columns(table)
+    return compacted(raw, names, row_image(names), internal_columns(table, table.primary_key))
 
 
 def row_image(names: Sequence[str]) -> exp.Expr:

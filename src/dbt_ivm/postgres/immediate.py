@@ -88,6 +88,11 @@ def pending_table(stream_table: str, index: int, source: TableInfo) -> str:
     return f"__ivm_pending_{tag_of(stream_table)}_{index}_{types}"
 
 
+def pending_relation(stream_table: str, index: int, source: TableInfo) -> str:
+    """`pending_table`, quoted and qualified by pg_temp (a writer's own table of that name is never read)."""
+    return f"pg_temp.{q(pending_table(stream_table, index, source))}"
+
+
 @dataclass(frozen=True)
 class Settings:
     """The transaction-local settings one stream table's triggers share."""
@@ -118,7 +123,7 @@ def _under_way(settings: Settings) -> str:
 
 def _stash(catalog: str, stream_table: str, index: int, source: TableInfo) -> str:
     """Keep this statement's rows in the source's pending table (created once per session)."""
-    table = f"pg_temp.{q(pending_table(stream_table, index, source))}"
+    table = pending_relation(stream_table, index, source)
     names = ", ".join(q(c) for c in internal_columns(source))
     copies = {
         "INSERT": [(1, NEW_ROWS)],
@@ -240,16 +245,14 @@ def net_pending(stream_table: str, sources: list[TableInfo]) -> str:
     """Replace the rows of each pending table by their net effect, which `combined` reads."""
     statements = []
     for index, source in enumerate(sources):
-        table = f"pg_temp.{q(pending_table(stream_table, index, source))}"
+        table = pending_relation(stream_table, index, source)
         names = ", ".join(q(c) for c in (WEIGHT, *internal_columns(source)))
         statements.append(netted_insert(table, source, f"DELETE FROM {table} RETURNING {names}") + ";")
     return " ".join(statements)
 
 
 def clear_pending(stream_table: str, sources: list[TableInfo]) -> str:
-    return " ".join(
-        f"DELETE FROM pg_temp.{q(pending_table(stream_table, i, t))};" for i, t in enumerate(sources)
-    )
+    return " ".join(f"DELETE FROM {pending_relation(stream_table, i, t)};" for i, t in enumerate(sources))
 
 
 def _turn(catalog: str, stream_table: str, stripes: str | None) -> str:

@@ -32,7 +32,7 @@ from dbt_ivm.apply import explicit, grouped, keyed, multiset
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta import stream
-from dbt_ivm.delta.compact import compacted, row_image
+from dbt_ivm.delta.compact import text_netted
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.keys import Target, with_hash
 from dbt_ivm.layout import DUP, Layout
@@ -122,20 +122,13 @@ def transition_changes(table: TableInfo, event: str) -> exp.Expr:
     return exp.union(weighted(table, OLD_ROWS, -1), weighted(table, NEW_ROWS, 1), distinct=False).subquery()
 
 
-def pending_changes(pending: exp.Table, table: TableInfo) -> exp.Expr:
-    """The changes kept in `pending` for `table`, already netted by `netted_insert` (several
-    statements' or a whole batch's worth). Netted inline instead, the planner took the window
-    subquery for a few rows and re-ran it for every row of an outer loop (TPC-H Q5: 240 times)."""
-    return pending.copy()
-
-
 def netted_insert(pending: str, table: TableInfo, raw: str) -> str:
     """INSERT into the temp table `pending` (quoted) of the net effect of the raw changes the query
-    or ``DELETE … RETURNING`` `raw` yields (the weight and `table`'s internal columns)."""
-    names = internal_columns(table)
-    key = internal_columns(table, table.primary_key)
-    rows = compacted(exp.table_(RAW_ROWS, quoted=True), names, row_image(names), key)
-    listed = ", ".join(q(c) for c in (*names, WEIGHT))
+    or ``DELETE … RETURNING`` `raw` yields (the weight and `table`'s internal columns). `combined`
+    reads pending tables as they are: netted inline, the planner took the window subquery for a few
+    rows and re-ran it for every row of an outer loop (TPC-H Q5: 240 times)."""
+    rows = text_netted(exp.table_(RAW_ROWS, quoted=True), table)
+    listed = ", ".join(q(c) for c in (*internal_columns(table), WEIGHT))
     return f"WITH {q(RAW_ROWS)} AS ({raw}) INSERT INTO {pending} ({listed}) {rows.sql(DIALECT)}"
 
 
@@ -282,7 +275,8 @@ def statements(
         by_source.append(events)
         rows_by_source.append(rows_events)
     everything = Bindings(
-        current=current, delta={t.qualified: pending_changes(pending(i, t), t) for i, t in enumerate(sources)}
+        current=current,
+        delta={t.qualified: pending(i, t) for i, t in enumerate(sources)},  # netted_insert
     )
     combined = render(plan, layout, new_context(everything), stream_table, target)
     assert combined is not None  # every source changed: some term reaches the table

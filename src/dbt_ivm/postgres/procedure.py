@@ -265,13 +265,13 @@ def _granted_whole(relation: str) -> str:
 
 def _fill_pending(catalog: str, program: Program) -> str:
     """Copy the net effect of each changed source's pending changes into the session's pending table
-    (`immediate_sql.pending_changes`), then give every
-    pending table statistics: a new session's are unanalyzed, and the planner would take an empty one
-    for hundreds of rows (and scan the other side of a join whole)."""
+    (`immediate_sql.netted_insert`), then give every pending table statistics: a new session's are
+    unanalyzed, and the planner would take an empty one for hundreds of rows (and scan the other side
+    of a join whole)."""
     parts = [immediate.create_pending(program.stream_table, program.sources)]
     tables = []
     for index, source in enumerate(program.sources):
-        table = f"pg_temp.{q(immediate.pending_table(program.stream_table, index, source))}"
+        table = immediate.pending_relation(program.stream_table, index, source)
         names = ", ".join(q(c) for c in (WEIGHT, *internal_columns(source)))
         virtual = program.virtual[index] if program.virtual else {}
         rows = capture.raw_changes_sql(catalog, source, "__ivm_frontier", virtual)
