@@ -130,6 +130,11 @@ class Read:
     item: Item | Computed
     mode: Mode
 
+    @property
+    def from_batch(self) -> bool:
+        """Its rows come from the batch (a change set, or rows a rule computed from one): few."""
+        return self.mode == "delta" or isinstance(self.item, Computed)
+
 
 @dataclass(frozen=True)
 class Term:
@@ -235,8 +240,7 @@ def _reachable(term: Term, read: Read, ctx: Context) -> exp.Exists | None:
     if found is None:
         return None
     assert isinstance(read.item, Derived) and isinstance(read.item.plan, Aggregate)
-    source = aliased(_relation(found.source, ctx), sideways.REACH)
-    return sideways.restriction(found, read.item.plan, source)
+    return sideways.restriction(found, read.item.plan, lambda r, alias: aliased(_relation(r, ctx), alias))
 
 
 def _derived(item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | None, ahead: bool) -> exp.Expr:
@@ -252,13 +256,16 @@ def _derived(item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | Non
     return relation
 
 
-def term_from(term: Term, query: exp.Select, ctx: Context) -> exp.Select:
-    """`query` with the term's FROM (non-null reads joined, null reads left-joined) and WHERE."""
+def term_from(term: Term, query: exp.Select, ctx: Context, outer: Term | None = None) -> exp.Select:
+    """`query` with the term's FROM (non-null reads joined, null reads left-joined) and WHERE. `outer`:
+    the term whose rows this one is correlated to (a subquery's), whose change sets and equalities
+    also say which groups a grouped item can join (`sideways`)."""
     real = [r for r in term.reads if r.mode != "null"]
     assert real, "a term reads at least one item"
-    query = query.from_(read_relation(real[0], ctx, term), copy=False)
+    scope = term if outer is None else term.times(outer)
+    query = query.from_(read_relation(real[0], ctx, scope), copy=False)
     for read in real[1:]:
-        query = query.join(read_relation(read, ctx, term), join_type="cross", copy=False)
+        query = query.join(read_relation(read, ctx, scope), join_type="cross", copy=False)
     for read in term.reads:
         if read.mode == "null":
             query = query.join(read_relation(read, ctx), on=exp.true(), join_type="left", copy=False)

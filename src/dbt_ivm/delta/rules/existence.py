@@ -36,12 +36,15 @@ from dbt_ivm.delta.rules.partners import changed_partners, gained_partner
 from dbt_ivm.delta.terms import Context, Side, Term, term_from
 
 
-def exists(terms: list[Term], condition: exp.Expr | None, ctx: Context) -> exp.Expr:
-    """True when some row of `terms` satisfies `condition` (correlated to the enclosing row)."""
+def exists(
+    terms: list[Term], condition: exp.Expr | None, ctx: Context, outer: Term | None = None
+) -> exp.Expr:
+    """True when some row of `terms` satisfies `condition` (correlated to the enclosing row, a row of
+    `outer` where known: a grouped item then reads only the groups `outer`'s changes can reach)."""
     checks: list[exp.Expr] = []
     for term in terms:
         scoped = term.where(condition) if condition is not None else term
-        checks.append(exp.Exists(this=term_from(scoped, exp.select("1"), ctx)))
+        checks.append(exp.Exists(this=term_from(scoped, exp.select("1"), ctx, outer)))
     if not checks:
         return exp.false()
     result = checks[0]
@@ -50,12 +53,15 @@ def exists(terms: list[Term], condition: exp.Expr | None, ctx: Context) -> exp.E
     return exp.paren(result, copy=False) if len(checks) > 1 else result
 
 
-def weight_sum(terms: list[Term], condition: exp.Expr | None, ctx: Context) -> exp.Expr:
-    """The summed weight of the rows of `terms` that satisfy `condition` (0 when none)."""
+def weight_sum(
+    terms: list[Term], condition: exp.Expr | None, ctx: Context, outer: Term | None = None
+) -> exp.Expr:
+    """The summed weight of the rows of `terms` that satisfy `condition` (0 when none), correlated to
+    a row of `outer` where known (as in `exists`)."""
     total: exp.Expr = exp.Literal.number(0)
     for term in terms:
         scoped = term.where(condition) if condition is not None else term
-        summed = term_from(scoped, exp.select(exp.func("SUM", scoped.weight())), ctx)
+        summed = term_from(scoped, exp.select(exp.func("SUM", scoped.weight())), ctx, outer)
         part = exp.func("COALESCE", exp.Subquery(this=summed), exp.Literal.number(0))
         total = part if isinstance(total, exp.Literal) else exp.Add(this=total, expression=part)
     return total
@@ -68,9 +74,11 @@ def _indicator(condition: exp.Expr) -> exp.Expr:
 def after_existence(
     kind: str, left_after: list[Term], right_after: list[Term], condition: exp.Expr | None, ctx: Context
 ) -> list[Term]:
-    found = exists(right_after, condition, ctx)
-    kept = found if kind == "semi" else exp.not_(found)
-    return [t.where(kept.copy()) for t in left_after]
+    kept: list[Term] = []
+    for term in left_after:  # each its own probe: its changes narrow what the probe reads
+        found = exists(right_after, condition, ctx, term)
+        kept.append(term.where(found if kind == "semi" else exp.not_(found)))
+    return kept
 
 
 def delta_existence(
@@ -84,8 +92,12 @@ def delta_existence(
     if grouped is not None:
         # Equi-join: the rows of L joined with R's changes summed per join key (one row per key).
         partners, on = grouped
-        flip = gained_partner(weight_sum(right.after, condition, ctx), partners, sign)
-        return terms + [t.times(partners).where(on.copy()).scaled(flip.copy()) for t in left.before_terms]
+        for term in left.before_terms:  # the count probe of each sees the keys its rows are joined to
+            joined = term.times(partners).where(on.copy())
+            terms.append(
+                joined.scaled(gained_partner(weight_sum(right.after, condition, ctx, joined), partners, sign))
+            )
+        return terms
     zero = exp.Literal.number(0)
     if right.before is not None:
         has_now, had = exists(right.after, condition, ctx), exists(right.before, condition, ctx)

@@ -70,12 +70,11 @@ def _split(
     right_only: list[exp.Expr] = []
     left_only: list[exp.Expr] = []
     for part in parts:
-        if part.find(exp.Query, exp.Subquery) is not None:
-            return None
-        tables = {c.table for c in part.find_all(exp.Column)}
+        nested = part.find(exp.Query, exp.Subquery) is not None
+        tables = _free_tables(part)
         if "" in tables:
             return None
-        if isinstance(part, exp.EQ):
+        if isinstance(part, exp.EQ) and not nested:
             a = {c.table for c in part.this.find_all(exp.Column)}
             b = {c.table for c in part.expression.find_all(exp.Column)}
             if a and b and a <= right and b <= left:
@@ -91,6 +90,14 @@ def _split(
         else:
             return None
     return (keys, right_only, left_only) if keys else None
+
+
+def _free_tables(part: exp.Expr) -> set[str]:
+    """The aliases `part`'s columns refer to outside it: a subquery's own FROM items are its business
+    (a name it shadows is its own, as in SQL), so a nested EXISTS over R's columns is a filter on R."""
+    inner = {t.alias_or_name for t in part.find_all(exp.Table)}
+    inner |= {s.alias for s in part.find_all(exp.Subquery) if s.alias}
+    return {c.table for c in part.find_all(exp.Column)} - inner
 
 
 def _texts(expressions: list[exp.Expr]) -> list[str]:
@@ -111,7 +118,9 @@ def changed_partners(
     splits = []
     for term in right.delta:
         factor_tables = {c.table for f in term.factors for c in f.find_all(exp.Column)}
-        split = _split(given + _conjuncts(list(term.predicates)), left_aliases, right_aliases)
+        # A rule inside R may read rows it computed itself (an inner semi-join's changed partners).
+        computed = {r.item.alias for r in term.reads if isinstance(r.item, Computed)}
+        split = _split(given + _conjuncts(list(term.predicates)), left_aliases, right_aliases | computed)
         if split is None or factor_tables & left_aliases:
             return None
         splits.append((term, split))
