@@ -12,6 +12,12 @@ theirs as ``__ivm_hash``, computed once. Spark's ``<=>`` is itself a join key, s
 'HASH_RECORD_EXTENDED(ROW("t"."k"), 0) = HASH_RECORD_EXTENDED(ROW("r"."k"), 0) AND "t"."k" IS NOT DISTINCT FROM "r"."k"'
 >>> match("t", ["k"], other, SPARK).sql("spark")
 '`t`.`k` IS NOT DISTINCT FROM `r`.`k`'
+
+A key that can never be NULL (a NOT NULL group key, a primary key no outer join pads) is matched by
+`=`, served by an index on the key columns themselves:
+
+>>> match("t", ["k"], other, Target("postgres", hashes_keys=True, equal_keys=True)).sql("postgres")
+'"t"."k" = "r"."k"'
 """
 
 from __future__ import annotations
@@ -28,14 +34,16 @@ from dbt_ivm.sqltext import all_of, columns
 @dataclass(frozen=True)
 class Target:
     """Where a stream table lives: the dialect its SQL is rendered in, and whether its rows are found
-    through an index on their key's hash (PostgreSQL, unless a key column's type has no hash function)."""
+    through an index on their key's hash (PostgreSQL, unless a key column's type has no hash function)
+    or, when no key column can be NULL (`layout.key_never_null`), by `=` on the key and an index on it."""
 
     dialect: str
     hashes_keys: bool
+    equal_keys: bool = False
 
     def hashed(self, key: Sequence[str]) -> bool:
         """Are rows keyed by `key` found by their hash? (Without a key there is one row: nothing to find.)"""
-        return self.hashes_keys and bool(key)
+        return self.hashes_keys and not self.equal_keys and bool(key)
 
 
 POSTGRES = Target("postgres", hashes_keys=True)
@@ -73,13 +81,14 @@ def match(
     if not key_columns:
         return exp.true()  # a global aggregate has exactly one row
     parts: list[exp.Expr] = []
-    if target.hashes_keys:
+    if target.hashed(key_columns):
         found = other_hash.copy() if other_hash is not None else key_hash(other)
         stored = key_hash(columns(key_columns, stored_alias))  # the expression the table's index holds
         parts.append(exp.EQ(this=stored, expression=found))
+    compare = exp.EQ if target.equal_keys else exp.NullSafeEQ
     for column, expression in zip(key_columns, other, strict=True):
         parts.append(
-            exp.NullSafeEQ(this=exp.column(column, stored_alias, quoted=True), expression=expression.copy())
+            compare(this=exp.column(column, stored_alias, quoted=True), expression=expression.copy())
         )
     return all_of(*parts)
 

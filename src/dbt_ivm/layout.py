@@ -48,7 +48,7 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.count_star import COUNT_STAR
 from dbt_ivm.delta.aggregates.sum import SUM
 from dbt_ivm.plan.build import agg_placeholder, group_placeholder
-from dbt_ivm.plan.nodes import AggCall, Aggregate, Plan, Project, Scan, items_of
+from dbt_ivm.plan.nodes import AggCall, Aggregate, Plan, Project, Scan, items_of, never_null, padded_aliases
 from dbt_ivm.reserved import internal_column
 
 Kind = Literal["aggregate", "keyed", "multiset"]
@@ -101,6 +101,22 @@ def layout_of(plan: Plan) -> Layout:
         keys = tuple(name for _, _, name in stored_keys(plan))
         return Layout("keyed", user, tuple(k for k in keys if k not in user), keys)
     return Layout("multiset", user, (), user)
+
+
+def key_never_null(plan: Plan, layout: Layout) -> bool:
+    """No row of the table can hold a NULL in its key: each group key, or each primary key column, is
+    a NOT NULL or primary-key column of a source that no outer join pads. Such rows are found by `=`
+    on the key itself, which a plain index (and a hash join) serves."""
+    if not layout.key:
+        return False
+    if layout.kind == "aggregate" and isinstance(plan, Aggregate):
+        return set(layout.key) <= set(layout.group_columns) and all(
+            never_null(key, plan.input) for key in plan.group_by
+        )
+    if layout.kind == "keyed" and isinstance(plan, Project):
+        padded = padded_aliases(plan.input)
+        return not any(scan.alias in padded for scan in keyed_scans(plan) or ())
+    return False
 
 
 def keyed_scans(plan: Plan) -> tuple[Scan, ...] | None:

@@ -1,4 +1,4 @@
-"""Sources whose definition changes under a stream table, and how rows are matched on NULL-able keys.
+"""Sources whose definition changes under a stream table, and how rows are matched on their keys.
 
 A source dropped and recreated (new oid) or altered gets its capture reinstalled on the next refresh,
 which is FULL with the reason; later refreshes are differential again. Writes to an altered source
@@ -200,6 +200,50 @@ def test_nullable_keys_are_matched_through_the_hash(pg_conn: Any, pg_dsn: str, s
         )
     }
     assert "__ivm_hash" not in stored, stored
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT customer_id, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY customer_id",
+        "SELECT o.id, o.amount, c.name FROM orders o JOIN customers c ON o.customer_id = c.id",
+    ],
+)
+def test_keys_that_cannot_be_null_are_matched_by_equality(pg_conn: Any, pg_dsn: str, sql: str) -> None:
+    """A NOT NULL group key, or primary keys no outer join pads: the stream table has an index on its key
+    columns and rows are matched with `=` (no hash); a table built with a hash index is rebuilt once."""
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (id int PRIMARY KEY, name text);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int NOT NULL, amount numeric);"
+        "INSERT INTO customers SELECT i, 'c' || i FROM generate_series(0, 11999) i;"
+        "INSERT INTO orders SELECT i, i % 12000, i FROM generate_series(1, 24000) i; ANALYZE orders",
+    )
+    refresh(pg_conn, "st", sql)
+    indexes = [str(d) for (d,) in rows(pg_conn, "SELECT indexdef FROM pg_indexes WHERE tablename = 'st'")]
+    assert len(indexes) == 1 and "hash_record_extended" not in indexes[0], indexes
+    execute(
+        pg_conn,
+        "UPDATE orders SET amount = amount + 1 WHERE customer_id < 10500; DELETE FROM orders WHERE id < 50",
+    )
+    with recording_connection(pg_dsn, explain=True) as conn:
+        result = refresh(conn, "st", sql, refresh_mode="differential")
+        assert result.action == "DIFFERENTIAL" and result.rows_changed >= 10_000, result.summary()
+        merges = [s for s, _ in conn.plans if is_merge(s)]
+        assert merges and not any("hash_record_extended" in s.lower() for s in merges), merges
+    assert_matches_query(pg_conn, "public", "st", sql)
+    # A table an earlier version built around a hash index (with its refresh function): rebuilt once.
+    execute(pg_conn, f"UPDATE {CATALOG}.stream_tables SET shape = replace(shape, 'key index', 'hash index')")
+    execute(pg_conn, f"UPDATE {CATALOG}.refresh_procedures SET version = version - 1")
+    execute(pg_conn, "UPDATE orders SET amount = amount + 1 WHERE id = 100")
+    result = refresh_and_check(pg_conn, "st", sql, refresh_mode="differential")
+    assert result.action == "REBUILD" and "an index on its key (no key" in (result.reason or ""), (
+        result.summary()
+    )
+    assert refresh_and_check(pg_conn, "st", sql, refresh_mode="differential").action in (
+        "DIFFERENTIAL",
+        "SKIP",
+    )
 
 
 def test_partitioned_source_sees_writes_to_any_partition(pg_conn: Any) -> None:

@@ -20,7 +20,7 @@ from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.temp_names import unique
 from dbt_ivm.postgres.user_triggers import TriggerChoice, suppressed, write_keyed, write_multiset
 from dbt_ivm.spec import RefreshResult
-from dbt_ivm.sqltext import columns
+from dbt_ivm.sqltext import columns, q
 
 DIALECT = POSTGRES.dialect
 
@@ -80,7 +80,8 @@ GROUP_FILLFACTOR = 60  # percent of a page an aggregate stream table's rows fill
 
 
 def create_table(db: Db, table: exp.Table, layout: Layout, contents: Contents, target: Target) -> int:
-    """CREATE TABLE AS the contents (plus ordinals for repeated rows), with an index on its key's hash.
+    """CREATE TABLE AS the contents (plus ordinals for repeated rows), with an index on its key (a key
+    that can be NULL: on its hash).
 
     `target.hashes_keys` False: a key column's type has no hash function; rows are matched on the key alone."""
     extra: list[exp.Expr] = []
@@ -92,7 +93,10 @@ def create_table(db: Db, table: exp.Table, layout: Layout, contents: Contents, t
     # PostgreSQL keep the new version there (a HOT update, no index entry), about 2× cheaper.
     storage = f" WITH (fillfactor = {GROUP_FILLFACTOR})" if layout.kind == "aggregate" else ""
     rows = db.execute(f"CREATE TABLE {table.sql(DIALECT)}{storage} AS {render(select, _text(contents))}")
-    if target.hashed(layout.key):
+    if target.equal_keys and layout.key:
+        # No key column can be NULL: `keys.match` compares them with `=`, which this index serves.
+        db.execute(f"CREATE INDEX ON {table.sql(DIALECT)} ({', '.join(q(k) for k in layout.key)})")
+    elif target.hashed(layout.key):
         # An index on the expression `keys.match` probes: rows are found by hash, nothing is stored.
         db.execute(f"CREATE INDEX ON {table.sql(DIALECT)} (({key_hash(columns(layout.key)).sql(DIALECT)}))")
     # Statistics now, not when autovacuum gets round to it: the first refresh's MERGE must see that a

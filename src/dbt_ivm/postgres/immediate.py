@@ -61,7 +61,7 @@ from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
 # Bump when the function's text changes in a way an installed one must not keep.
-IMMEDIATE_VERSION = 2
+IMMEDIATE_VERSION = 3
 STATE_TABLE = "immediate_state"
 TURNS_TABLE = "immediate_turns"
 TRIGGER_PREFIX = IMMEDIATE_TRIGGER_PREFIX

@@ -33,7 +33,7 @@ from dbt_ivm.delta.compact import text_netted
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
 from dbt_ivm.keys import POSTGRES, Target
-from dbt_ivm.layout import Layout, layout_of
+from dbt_ivm.layout import Layout, key_never_null, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
 from dbt_ivm.postgres import apply as pg_apply
@@ -76,12 +76,13 @@ class Compiled:
     views_digest: str = ""  # the views the planner expanded (dbt_ivm.catalog.views_digest)
     # False when a key column's type has no hash function: rows are matched on the key alone.
     hashed: bool = True
+    equal_keys: bool = False  # no key column can be NULL: rows are found by `=` on the key
     shape: str = ""  # the table's columns, types and row key as JSON (compared at every refresh)
     views: list[str] = dataclasses.field(default_factory=list)  # the views the query reads, quoted
 
     @property
     def target(self) -> Target:
-        return dataclasses.replace(POSTGRES, hashes_keys=self.hashed)
+        return dataclasses.replace(POSTGRES, hashes_keys=self.hashed, equal_keys=self.equal_keys)
 
 
 def _relation(spec: StreamTableSpec) -> str:
@@ -149,16 +150,31 @@ def _add_shape(db: Db, compiled: Compiled, types: dict[str, str]) -> None:
     layout = compiled.layout
     key_types = [types[k] for k in layout.key]
     compiled.hashed = _hashable(db, key_types)
+    assert compiled.plan is not None
+    compiled.equal_keys = key_never_null(compiled.plan, layout) and _orderable(db, key_types)
     compiled.shape = json.dumps(
         {
             "kind": layout.kind,
             "columns": [[c, types[c]] for c in layout.columns],
             "key": list(layout.key),
             "hashed": compiled.hashed,
-            # Rows are found through an index on the key's hash (before: a stored __ivm_hash column).
-            "key_lookup": "hash index",
+            # Rows are found through an index on the key, or on its hash when a key column can be NULL
+            # (before: a stored __ivm_hash column, then a hash index for every key).
+            "key_lookup": "key index" if compiled.equal_keys else "hash index",
         }
     )
+
+
+LOOKUPS = {
+    "key index": "an index on its key (no key column can be NULL)",
+    "hash index": "an index on its key's hash",
+}
+
+
+def _orderable(db: Db, types: list[str]) -> bool:
+    """Can a btree index hold a row of these types (each has a default ordering)?"""
+    row = ", ".join(f"NULL::{t}" for t in base_types(db, types))
+    return db.attempt(f"SELECT ROW({row}) < ROW({row})", UNDEFINED_FUNCTION)
 
 
 def _hashable(db: Db, types: list[str]) -> bool:
@@ -178,8 +194,8 @@ def shape_change(registered: str, current: str) -> str | None:
     before, after = json.loads(registered), json.loads(current)
     if before.get("key_lookup") != after.get("key_lookup"):
         return (
-            "this version of dbt-ivm finds a stream table's rows through an index on their key's hash, "
-            "not a stored __ivm_hash column"
+            f"this version of dbt-ivm finds the stream table's rows through {LOOKUPS[after['key_lookup']]}, "
+            f"not {LOOKUPS.get(before.get('key_lookup'), 'a stored __ivm_hash column')}"
         )
     old_columns, new_columns = dict(map(tuple, before["columns"])), dict(map(tuple, after["columns"]))
     changed = [
