@@ -557,6 +557,35 @@ def _random_write(rng: random.Random) -> str:
     )
 
 
+def test_a_key_that_becomes_nullable_is_caught_at_write_time(pg_conn: Any) -> None:
+    """A NOT NULL group key is matched by `=`; once its NOT NULL is dropped, a write with a NULL key is
+    written, not maintained, warned about, and the stream table rebuilt by the next dbt run."""
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int NOT NULL, amount numeric(12,2));"
+        "INSERT INTO orders SELECT i, i % 10 + 1, i FROM generate_series(1, 50) i;",
+    )
+    _immediate(pg_conn, "customer_totals", CUSTOMER_TOTALS)
+    indexes = rows(pg_conn, "SELECT indexdef FROM pg_indexes WHERE tablename = 'customer_totals'")
+    assert [d for (d,) in indexes if "hash_record_extended" not in d], indexes  # found by `=` on its key
+    execute(pg_conn, "ALTER TABLE orders ALTER COLUMN customer_id DROP NOT NULL")
+    execute(pg_conn, "INSERT INTO orders VALUES (51, 3, 5)")  # a key that is not NULL: maintained
+    assert_matches_query(pg_conn, SCHEMA, "customer_totals", CUSTOMER_TOTALS, "after DROP NOT NULL")
+    pg_conn.notices.clear()
+    execute(pg_conn, "INSERT INTO orders VALUES (52, NULL, 7), (53, NULL, 8)")
+    assert value(pg_conn, "SELECT count(*) FROM orders WHERE customer_id IS NULL") == 2
+    assert any("can be NULL now" in n for n in pg_conn.notices), pg_conn.notices
+    reason = value(
+        pg_conn, "SELECT needs_full FROM dbt_ivm.stream_tables WHERE stream_table = 'public.customer_totals'"
+    )
+    assert reason is not None and "can be NULL now" in reason
+    result = refresh(pg_conn, "customer_totals", CUSTOMER_TOTALS, refresh_mode="immediate")
+    assert result.action == "REBUILD", result.summary()
+    assert_matches_query(pg_conn, SCHEMA, "customer_totals", CUSTOMER_TOTALS, "rebuilt")
+    execute(pg_conn, "INSERT INTO orders VALUES (54, NULL, 1); DELETE FROM orders WHERE id = 52")
+    assert_matches_query(pg_conn, SCHEMA, "customer_totals", CUSTOMER_TOTALS, "maintained with NULL keys")
+
+
 def test_maintenance_that_fails_never_fails_the_write(pg_conn: Any) -> None:
     _orders_and_customers(pg_conn)
     execute(pg_conn, "ALTER TABLE orders ALTER COLUMN amount TYPE text")

@@ -246,6 +246,34 @@ def test_keys_that_cannot_be_null_are_matched_by_equality(pg_conn: Any, pg_dsn: 
     )
 
 
+def test_keys_that_may_not_fit_or_may_be_null_keep_the_hash_index(pg_conn: Any) -> None:
+    """A text key (a btree entry holds at most 2,704 bytes) and, on PostgreSQL 18, a NOT NULL added NOT
+    VALID over rows that are still NULL: both stay on the hash index, and NULL groups stay right."""
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, note text NOT NULL, amount numeric);"
+        "INSERT INTO orders SELECT i, NULLIF(i % 5, 0), repeat('x', i % 3), i FROM generate_series(1, 50) i",
+    )
+    by_note = "SELECT note, COUNT(*) AS n FROM orders GROUP BY note"
+    refresh(pg_conn, "by_note", by_note)
+    not_valid = int(pg_conn.server_version) >= 180000
+    if not_valid:
+        execute(pg_conn, "ALTER TABLE orders ADD CONSTRAINT customer_known NOT NULL customer_id NOT VALID")
+    by_customer = "SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id"
+    refresh(pg_conn, "by_customer", by_customer)
+    for table in ("by_note", "by_customer"):
+        indexes = [
+            str(d) for (d,) in rows(pg_conn, "SELECT indexdef FROM pg_indexes WHERE tablename = %s", (table,))
+        ]
+        assert len(indexes) == 1 and "hash_record_extended" in indexes[0], (table, indexes)
+    execute(
+        pg_conn,
+        "DELETE FROM orders WHERE customer_id IS NULL AND id < 20; UPDATE orders SET note = 'y' WHERE id = 7",
+    )
+    for table, sql in (("by_note", by_note), ("by_customer", by_customer)):
+        assert refresh_and_check(pg_conn, table, sql, refresh_mode="differential").action == "DIFFERENTIAL"
+
+
 def test_partitioned_source_sees_writes_to_any_partition(pg_conn: Any) -> None:
     execute(
         pg_conn,

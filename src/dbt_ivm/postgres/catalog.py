@@ -9,6 +9,12 @@ from dbt_ivm.postgres.db import Db
 from dbt_ivm.sqltext import qn
 
 KINDS = {"r": "table", "p": "table", "v": "view", "m": "materialized view", "f": "foreign table"}
+# PostgreSQL 18 keeps NOT NULL constraints in pg_constraint (contype 'n'), and one added NOT VALID
+# sets attnotnull while old rows may still be NULL. (Before 18 no such row exists.)
+NULLABLE = (
+    "(NOT a.attnotnull OR EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype = 'n' "
+    "AND k.conkey[1] = a.attnum AND NOT k.convalidated))"
+)
 
 
 class PostgresCatalog:
@@ -22,7 +28,7 @@ class PostgresCatalog:
             "SELECT c.oid, n.nspname, c.relname, c.relkind, "
             "CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) END, "
             "(SELECT COALESCE(json_agg(json_build_array(a.attname, format_type(a.atttypid, a.atttypmod), "
-            "NOT a.attnotnull) ORDER BY a.attnum), '[]') FROM pg_attribute a "
+            f"{NULLABLE}) ORDER BY a.attnum), '[]') FROM pg_attribute a "
             "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
             "(SELECT COALESCE(array_agg(a.attname::text ORDER BY array_position(i.indkey, a.attnum)), '{}') "
             "FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) "

@@ -305,9 +305,11 @@ def function_sql(
     statements: Statements,
     search_path: str,
     always_explicit: bool = False,
+    key: tuple[str, ...] = (),
 ) -> str:
     """The trigger function of one stream table (see the module docstring). `always_explicit`:
-    user_triggers='on' (apply through explicit DML even without user triggers)."""
+    user_triggers='on' (apply through explicit DML even without user triggers). `key`: the stream
+    table's key when its rows are found by `=` (no key column could be NULL when it was planned)."""
     s = Settings.of(stream_table)
     state = qn(catalog, STATE_TABLE)
     stash = "".join(
@@ -322,6 +324,7 @@ def function_sql(
         f"{lit(stream_table)}, SQLERRM; END IF;"
     )
     explicit = Explicit(statements.explicit, relation, "true" if always_explicit else "false", s.applying)
+    guard = _null_key_guard(relation, key)
     path = statements.explicit
     passed_on = " OR ".join(PASSED_ON)
     body = f"""#variable_conflict use_column
@@ -352,6 +355,7 @@ BEGIN
   ELSIF {_setting(s.full)} <> 'on' THEN
     BEGIN
       {_by_source(catalog, stream_table, statements, explicit)}
+      {guard}
     EXCEPTION WHEN {passed_on} THEN RAISE;
     WHEN OTHERS THEN {failed}
     END;
@@ -375,6 +379,7 @@ BEGIN
         {net_pending(stream_table, sources)}
         {explicit.or_merge(f"EXECUTE {lit(path.combined)};" if path else "", f"EXECUTE {lit(statements.combined)};")}
       END IF;
+      {guard}
     EXCEPTION WHEN {passed_on} THEN RAISE;
     WHEN OTHERS THEN {failed} __ivm_failed := true;
     END;
@@ -397,6 +402,17 @@ END
         f"LANGUAGE plpgsql SECURITY DEFINER SET search_path = {search_path} "
         f"SET standard_conforming_strings = on AS {dollar_quoted(body)}"
     )
+
+
+def _null_key_guard(relation: str, key: tuple[str, ...]) -> str:
+    """Fails the apply (undone; the stream table marked for a rebuild, the writer warned) when a row
+    with a NULL key got in: a key column's NOT NULL was dropped since `dbt run`, and `=` cannot find
+    such rows again. The key's index answers it."""
+    if not key:
+        return ""
+    nulls = " OR ".join(f"{q(k)} IS NULL" for k in key)
+    message = lit(f"a key column of {relation} can be NULL now (its NOT NULL was dropped)")
+    return f"IF EXISTS (SELECT FROM {relation} WHERE {nulls}) THEN RAISE EXCEPTION '%', {message}; END IF;"
 
 
 def storage_sql(stream_table: str, sources: list[TableInfo]) -> str:

@@ -172,9 +172,14 @@ LOOKUPS = {
 
 
 def _orderable(db: Db, types: list[str]) -> bool:
-    """Can a btree index hold a row of these types (each has a default ordering)?"""
-    row = ", ".join(f"NULL::{t}" for t in base_types(db, types))
-    return db.attempt(f"SELECT ROW({row}) < ROW({row})", UNDEFINED_FUNCTION)
+    """Can a btree index hold every key of these types: each has a default ordering and a fixed width
+    (a btree entry holds at most 2,704 bytes; a long text key fits only the hash index)?"""
+    bases = base_types(db, types)
+    row = ", ".join(f"NULL::{t}" for t in bases)
+    if not db.attempt(f"SELECT ROW({row}) < ROW({row})", UNDEFINED_FUNCTION):
+        return False
+    widths = "SELECT bool_and(t.typlen > 0) FROM unnest(%s::text[]) AS u(name) JOIN pg_type t ON t.oid = u.name::regtype"
+    return bool(db.value(widths, (bases,)))
 
 
 def _hashable(db: Db, types: list[str]) -> bool:
@@ -574,6 +579,7 @@ def _immediate_function(db: Db, spec: StreamTableSpec, compiled: Compiled) -> st
         statements,
         immediate.search_path(db),
         always_explicit=spec.user_triggers == "on",
+        key=compiled.layout.key if compiled.equal_keys else (),
     )
 
 
@@ -627,7 +633,9 @@ def _shape(compiled: Compiled) -> object:
     """What the stream table's column types follow from: its layout, output types and sources' types."""
     assert compiled.layout is not None
     sources = [[(c.name, c.type) for c in t.columns] for t in compiled.sources]
-    return (compiled.layout.columns, [(n, str(t)) for n, t in compiled.output_types], sources)
+    # How rows are found decides whether the rows table carries the key's hash.
+    lookup = compiled.target.hashed(compiled.layout.key)
+    return (compiled.layout.columns, [(n, str(t)) for n, t in compiled.output_types], sources, lookup)
 
 
 def _column_types(sources: list[TableInfo], columns: list[list[exp.Column]]) -> list[str]:

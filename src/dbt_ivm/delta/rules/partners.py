@@ -72,8 +72,8 @@ def _split(
     for part in parts:
         nested = part.find(exp.Query, exp.Subquery) is not None
         tables = _free_tables(part)
-        if "" in tables:
-            return None
+        if "" in tables or (nested and _declared(part) & left):
+            return None  # (a nested scope reusing one of L's aliases: which one a column means is unclear)
         if isinstance(part, exp.EQ) and not nested:
             a = {c.table for c in part.this.find_all(exp.Column)}
             b = {c.table for c in part.expression.find_all(exp.Column)}
@@ -92,12 +92,16 @@ def _split(
     return (keys, right_only, left_only) if keys else None
 
 
-def _free_tables(part: exp.Expr) -> set[str]:
-    """The aliases `part`'s columns refer to outside it: a subquery's own FROM items are its business
-    (a name it shadows is its own, as in SQL), so a nested EXISTS over R's columns is a filter on R."""
+def _declared(part: exp.Expr) -> set[str]:
+    """The aliases `part`'s subqueries declare (their FROM items)."""
     inner = {t.alias_or_name for t in part.find_all(exp.Table)}
-    inner |= {s.alias for s in part.find_all(exp.Subquery) if s.alias}
-    return {c.table for c in part.find_all(exp.Column)} - inner
+    return inner | {s.alias for s in part.find_all(exp.Subquery) if s.alias}
+
+
+def _free_tables(part: exp.Expr) -> set[str]:
+    """The aliases `part`'s columns refer to outside it: a subquery's own FROM items are its business,
+    so a nested EXISTS over R's columns is a filter on R."""
+    return {c.table for c in part.find_all(exp.Column)} - _declared(part)
 
 
 def _texts(expressions: list[exp.Expr]) -> list[str]:
