@@ -109,10 +109,8 @@ def key_never_null(plan: Plan, layout: Layout) -> bool:
     on the key itself, which a plain index (and a hash join) serves."""
     if not layout.key:
         return False
-    if layout.kind == "aggregate" and isinstance(plan, Aggregate):
-        return set(layout.key) <= set(layout.group_columns) and all(
-            never_null(key, plan.input) for key in plan.group_by
-        )
+    if layout.kind == "aggregate" and isinstance(plan, Aggregate):  # its key is its group columns
+        return all(never_null(key, plan.input) for key in plan.group_by)
     if layout.kind == "keyed" and isinstance(plan, Project):
         padded = padded_aliases(plan.input)
         return not any(scan.alias in padded for scan in keyed_scans(plan) or ())

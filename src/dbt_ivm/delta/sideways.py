@@ -21,8 +21,8 @@ only; rows a rule computed from the batch (`Computed`, e.g. changed partners) na
 >>> term = Term((Read(part, "delta"), Read(lineitem, "current"), Read(avg, "current")),
 ...     predicates=(exp.condition("part.p_partkey = lineitem.l_partkey AND _u_0.k = lineitem.l_partkey"),))
 >>> found = reachable_groups(term, term.reads[2])
->>> found.source.item.alias, found.keys
-('part', ((0, 'p_partkey'),))
+>>> [r.item.alias for r in found.path], found.keys
+(['part'], ((0, 'p_partkey'),))
 
 A change set may reach the groups through a table: a change to nation reaches the quantities per
 supplier through the suppliers of that nation.
@@ -69,10 +69,6 @@ class Reachable:
     path: tuple[Read, ...]
     links: tuple[exp.Expr, ...]  # and the term's own conditions on a single read of the path
     keys: tuple[tuple[int, str], ...]
-
-    @property
-    def source(self) -> Read:
-        return self.path[0]
 
 
 def reachable_groups(term: Term, read: Read) -> Reachable | None:

@@ -148,7 +148,7 @@ def _add_shape(db: Db, compiled: Compiled, types: dict[str, str]) -> None:
     """The table's columns with their `types`, its row key, and whether the key can be hashed."""
     assert compiled.layout is not None
     layout = compiled.layout
-    key_types = [types[k] for k in layout.key]
+    key_types = base_types(db, [types[k] for k in layout.key]) if layout.key else []
     compiled.hashed = _hashable(db, key_types)
     assert compiled.plan is not None
     compiled.equal_keys = key_never_null(compiled.plan, layout) and _orderable(db, key_types)
@@ -172,21 +172,20 @@ LOOKUPS = {
 
 
 def _orderable(db: Db, types: list[str]) -> bool:
-    """Can a btree index hold every key of these types: each has a default ordering and a fixed width
-    (a btree entry holds at most 2,704 bytes; a long text key fits only the hash index)?"""
-    bases = base_types(db, types)
-    row = ", ".join(f"NULL::{t}" for t in bases)
+    """Can a btree index hold every key of these (base) types: each has a default ordering and a fixed
+    width (a btree entry holds at most 2,704 bytes; a long text key fits only the hash index)?"""
+    row = ", ".join(f"NULL::{t}" for t in types)
     if not db.attempt(f"SELECT ROW({row}) < ROW({row})", UNDEFINED_FUNCTION):
         return False
     widths = "SELECT bool_and(t.typlen > 0) FROM unnest(%s::text[]) AS u(name) JOIN pg_type t ON t.oid = u.name::regtype"
-    return bool(db.value(widths, (bases,)))
+    return bool(db.value(widths, (types,)))
 
 
 def _hashable(db: Db, types: list[str]) -> bool:
-    """Can PostgreSQL hash a row of these types? (Hashing a NULL looks the hash function up too.)"""
+    """Can PostgreSQL hash a row of these (base) types? (Hashing a NULL looks the hash function up too.)"""
     if not types:
         return True
-    row = ", ".join(f"NULL::{t}" for t in base_types(db, types))
+    row = ", ".join(f"NULL::{t}" for t in types)
     return db.attempt(f"SELECT hash_record_extended(ROW({row}), 0)", UNDEFINED_FUNCTION)
 
 

@@ -70,11 +70,12 @@ def _split(
     right_only: list[exp.Expr] = []
     left_only: list[exp.Expr] = []
     for part in parts:
-        nested = part.find(exp.Query, exp.Subquery) is not None
-        tables = _free_tables(part)
-        if "" in tables or (nested and _declared(part) & left):
+        # A subquery's own FROM items are its business: a nested EXISTS over R's columns filters R.
+        declared = _declared(part)
+        tables = {c.table for c in part.find_all(exp.Column)} - declared
+        if "" in tables or declared & left:
             return None  # (a nested scope reusing one of L's aliases: which one a column means is unclear)
-        if isinstance(part, exp.EQ) and not nested:
+        if isinstance(part, exp.EQ) and part.find(exp.Query, exp.Subquery) is None:
             a = {c.table for c in part.this.find_all(exp.Column)}
             b = {c.table for c in part.expression.find_all(exp.Column)}
             if a and b and a <= right and b <= left:
@@ -93,15 +94,9 @@ def _split(
 
 
 def _declared(part: exp.Expr) -> set[str]:
-    """The aliases `part`'s subqueries declare (their FROM items)."""
+    """The aliases `part`'s subqueries declare (their FROM items; none in a plain comparison)."""
     inner = {t.alias_or_name for t in part.find_all(exp.Table)}
     return inner | {s.alias for s in part.find_all(exp.Subquery) if s.alias}
-
-
-def _free_tables(part: exp.Expr) -> set[str]:
-    """The aliases `part`'s columns refer to outside it: a subquery's own FROM items are its business,
-    so a nested EXISTS over R's columns is a filter on R."""
-    return {c.table for c in part.find_all(exp.Column)} - _declared(part)
 
 
 def _texts(expressions: list[exp.Expr]) -> list[str]:
