@@ -47,6 +47,11 @@ def batch_limit(refresh_mode: str) -> int:
     return UNBOUNDED_BATCH if refresh_mode == "differential" else 0
 
 
+def signature(catalog: str, stream_table: str) -> str:
+    """The stream table's refresh function, as to_regprocedure finds it."""
+    return f"{qn(catalog, function_name(stream_table))}({ARGUMENTS})"
+
+
 def refresh_by_function(
     db: Db,
     catalog: str,
@@ -55,6 +60,8 @@ def refresh_by_function(
     initiated_by: str,
     invocation_id: str | None = None,
     locked: bool = False,
+    installed: int | None = None,
+    release: bool = False,
 ) -> RefreshResult | None:
     """The refresh, done by the stream table's refresh function without planning its query, when it
     finds no change, or a batch under `refresh_mode='differential'`. None when it leaves the refresh
@@ -64,33 +71,52 @@ def refresh_by_function(
     triggers on the stream table (the engine reads back what they changed, or disables them).
 
     The lock is taken before the snapshot, as the engine takes it, unless the caller holds it
-    (`locked`): a refresh under way finishes first."""
+    (`locked`): a refresh under way finishes first. A caller that holds it keeps it, unless it asks
+    (`release`) to have it released with the commit of a refresh done here (a result returned).
+    `installed`: the functions' version when the caller read it (registry.find); else read here.
+
+    Round trips: the installed version (unless given) and the lock (unless held); BEGIN with the
+    function; COMMIT with the buffer trim (and the unlock)."""
     function = qn(catalog, function_name(stream_table))
-    installed = db.value(
-        f"SELECT version FROM {qn(catalog, TABLE)} WHERE stream_table = %s AND to_regprocedure(%s) IS NOT NULL",
-        (stream_table, f"{function}({ARGUMENTS})"),
-    )
+    if installed is None:
+        installed = db.value(
+            f"SELECT version FROM {qn(catalog, TABLE)} WHERE stream_table = %s AND to_regprocedure(%s) IS NOT NULL",
+            (stream_table, signature(catalog, stream_table)),
+        )
     if installed != VERSION:
         return None
     started = time.monotonic()
     lock = refresh_lock_key(stream_table)
     if not locked:
         db.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock,))
+    unlock = release or not locked  # with the commit
+    released = False
     try:
-        with db.transaction("REPEATABLE READ"):
-            try:
-                limit = batch_limit(refresh_mode)
-                done = db.one(f"SELECT * FROM {function}(%s, %s, %s)", (initiated_by, invocation_id, limit))
-            except Exception:  # whatever it was (a serialization failure, say), the engine decides
-                done = None
-            if done is None or done[0] is None:
-                db.execute("ROLLBACK AND CHAIN")  # undo what the check touched
-                return None
-        # Trim the buffers as the engine's refresh does, after the commit (postgres.procedure); one
-        # statement in autocommit is a transaction of its own.
-        db.execute(f"SELECT {qn(catalog, function_name(stream_table, '_cleanup'))}()")
+        try:
+            done = db.one(
+                f"BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT * FROM {function}(%s, %s, %s)",
+                (initiated_by, invocation_id, batch_limit(refresh_mode)),
+            )
+        except Exception:  # whatever it was (a serialization failure, say), the engine decides
+            done = None
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        if done is None or done[0] is None:
+            db.execute("ROLLBACK")  # undo what the check touched, or end the failed transaction
+            return None
+        # Trim the buffers as the engine's refresh does, after the commit (postgres.procedure): what
+        # follows COMMIT in the same round trip is a transaction of its own, as CALL refresh trims and
+        # unlocks. A failed COMMIT or trim ends its transaction (PostgreSQL rolls it back), skips the
+        # rest and leaves the lock held: released below, or by the caller.
+        cleanup = f"COMMIT; SELECT {qn(catalog, function_name(stream_table, '_cleanup'))}()"
+        if unlock:
+            db.execute(f"{cleanup}; SELECT pg_advisory_unlock(hashtext(%s))", (lock,))
+        else:
+            db.execute(cleanup)
+        released = unlock
     finally:
-        if not locked:
+        if not locked and not released:
             db.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock,))
     action, reason, inserted, updated, deleted, changes = done
     return RefreshResult(

@@ -35,41 +35,36 @@ def forget_missing(db: Db, catalog: str, bootstrapped: bool = False) -> list[str
     autocommit connection, outside any transaction that holds locks on the sources. `bootstrapped`:
     the caller knows the catalog schema exists.
     """
-    if not (bootstrapped or catalog_exists(db, catalog)) or not _missing(db, catalog)[0]:
+    if not (bootstrapped or catalog_exists(db, catalog)) or not _missing(db, catalog):
         return []  # the common case, one query and no lock: every table is there
     with db.transaction():
         db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (GC_LOCK,))
-        missing, keys, relations = _missing(db, catalog)
+        missing = _missing(db, catalog)
         # Held until commit: a refresh of one of these waits for us, then finds it unregistered.
         idle = [key for key in missing if _try_lock(db, refresh_lock_key(key))]
-        removed = _unregister_missing(db, catalog, idle, dict(zip(keys, relations, strict=True)))
+        removed = _unregister_missing(db, catalog, idle)
     remove_unused(db, catalog)
     return sorted(removed)
 
 
-def _missing(db: Db, catalog: str) -> tuple[list[str], list[str], list[str]]:
-    """(registered stream tables whose table is gone, every registered name, their relations)."""
-    registered = db.rows(f"SELECT stream_table, schema_name, table_name FROM {qn(catalog, 'stream_tables')}")
-    keys = [str(key) for key, _, _ in registered]
-    relations = [qn(str(schema), str(table)) for _, schema, table in registered]
-    missing = [
-        str(r[0])
-        for r in db.rows(
-            "SELECT key FROM unnest(%s::text[], %s::text[]) AS m(key, relation) WHERE to_regclass(relation) IS NULL",
-            (keys, relations),
-        )
-    ]
-    return missing, keys, relations
+def _missing(db: Db, catalog: str) -> list[str]:
+    """The registered stream tables whose table is gone (one query)."""
+    rows = db.rows(
+        f"SELECT stream_table FROM {qn(catalog, 'stream_tables')} "
+        "WHERE to_regclass(format('%I.%I', schema_name, table_name)) IS NULL"
+    )
+    return [str(r[0]) for r in rows]
 
 
-def _unregister_missing(db: Db, catalog: str, keys: list[str], relations: dict[str, str]) -> list[str]:
+def _unregister_missing(db: Db, catalog: str, keys: list[str]) -> list[str]:
     if not keys:
         return []
-    # Checked again: a refresh may have recreated the table since the first look.
+    # Checked again: a refresh may have recreated the table since the first look. (`%%`: a statement
+    # with parameters.)
     deleted = db.rows(
-        f"DELETE FROM {qn(catalog, 'stream_tables')} AS s USING unnest(%s::text[], %s::text[]) AS m(key, relation) "
-        "WHERE s.stream_table = m.key AND to_regclass(m.relation) IS NULL RETURNING s.stream_table",
-        (keys, [relations[k] for k in keys]),
+        f"DELETE FROM {qn(catalog, 'stream_tables')} WHERE stream_table = ANY (%s::text[]) "
+        "AND to_regclass(format('%%I.%%I', schema_name, table_name)) IS NULL RETURNING stream_table",
+        (keys,),
     )
     for (key,) in deleted:
         immediate.remove(db, catalog, str(key))  # writers stop maintaining a table that is gone

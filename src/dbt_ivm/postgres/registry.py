@@ -7,7 +7,8 @@ from typing import Any
 
 from dbt_ivm.cost import RECENT, PastRefresh
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.postgres.in_database import dispatcher_sql
+from dbt_ivm.postgres.in_database import TABLE as PROCEDURES
+from dbt_ivm.postgres.in_database import dispatcher_sql, signature
 from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
@@ -110,17 +111,58 @@ class Registered:
     run_settings: dict[str, Any] | None = None  # the model's, as its last dbt run kept them
 
 
+# A registration's columns, in Registered's order.
+COLUMNS = (
+    "stream_table",
+    "defining_query",
+    "fingerprint",
+    "refresh_mode",
+    "sources",
+    "frontier::text",
+    "needs_full",
+    "views_digest",
+    "shape",
+    "run_settings",
+)
+
+
 def lookup(db: Db, catalog: str, stream_table: str) -> Registered | None:
     row = db.one(
-        "SELECT stream_table, defining_query, fingerprint, refresh_mode, sources, frontier::text, needs_full, "
-        f"views_digest, shape, run_settings FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s",
+        f"SELECT {', '.join(COLUMNS)} FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s",
         (stream_table,),
     )
-    if row is None:
-        return None
+    return None if row is None else _registered(row)
+
+
+def _registered(row: tuple[Any, ...]) -> Registered:
     return Registered(
         row[0], row[1], row[2], row[3], list(row[4] or []), row[5], row[6], row[7], row[8], row[9]
     )
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a run reads first, under the refresh lock: the registration (None: not registered), whether
+    the stream table's table exists, and the version of its refresh functions (None: not installed)."""
+
+    registered: Registered | None
+    table_exists: bool
+    functions_version: int | None
+
+
+def find(db: Db, catalog: str, stream_table: str, relation: str) -> Found:
+    """`lookup`, whether the table `relation` exists and the installed refresh functions' version
+    (postgres.in_database), in one round trip."""
+    row = db.one(
+        f"SELECT to_regclass(%s) IS NOT NULL, (SELECT version FROM {qn(catalog, PROCEDURES)} "
+        "WHERE stream_table = %s AND to_regprocedure(%s) IS NOT NULL), "
+        f"{', '.join(f's.{c}' for c in COLUMNS)} "
+        f"FROM (SELECT) AS one LEFT JOIN {qn(catalog, 'stream_tables')} AS s ON s.stream_table = %s",
+        (relation, stream_table, signature(catalog, stream_table), stream_table),
+    )
+    assert row is not None  # one row, registered or not
+    exists, version, registration = bool(row[0]), row[1], row[2:]
+    return Found(None if registration[0] is None else _registered(registration), exists, version)
 
 
 def save(db: Db, catalog: str, values: dict[str, Any]) -> None:

@@ -252,17 +252,6 @@ def _current_bindings(sources: list[TableInfo]) -> Bindings:
     return Bindings(current={t.qualified: source_relation(t) for t in sources})
 
 
-@contextmanager
-def _refresh_lock(db: Db, spec: StreamTableSpec) -> Iterator[None]:
-    """Serialize refreshes of one stream table; taken before the snapshot so the second sees the first."""
-    key = in_database.refresh_lock_key(_key(spec))
-    db.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
-    try:
-        yield
-    finally:
-        db.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
-
-
 def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult:
     """Create the stream table or bring it up to date; returns what was done."""
     db = Db(connection, spec.on_statement)
@@ -288,19 +277,43 @@ class PostgresBackend:
         self.spec = spec
         self.started = time.monotonic()
         self._registered: registry.Registered | None = None
+        # Read with the registration (registry.find): whether the table exists (answered once, to the
+        # lifecycle's next question) and the installed refresh functions' version.
+        self._exists: bool | None = None
+        self._functions_version: int | None = None
+        self._locked = False  # the refresh lock: held by `serialized`, unless released with a commit
 
     def serialized(self) -> AbstractContextManager[None]:
-        return _refresh_lock(self.db, self.spec)
+        return self._refresh_lock()
+
+    @contextmanager
+    def _refresh_lock(self) -> Iterator[None]:
+        """Serialize refreshes of one stream table; taken before the snapshot so the second sees the
+        first. A refresh by function releases it with its commit, the run's last statement."""
+        key = in_database.refresh_lock_key(_key(self.spec))
+        self.db.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+        self._locked = True
+        try:
+            yield
+        finally:
+            if self._locked:
+                self._locked = False
+                self.db.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
 
     def registered(self) -> lifecycle.Registered | None:
-        found = self._registered = registry.lookup(self.db, self.spec.catalog_schema, _key(self.spec))
-        if found is None:
+        found = registry.find(self.db, self.spec.catalog_schema, _key(self.spec), _relation(self.spec))
+        current = self._registered = found.registered
+        self._exists, self._functions_version = found.table_exists, found.functions_version
+        if current is None:
             return None
         return lifecycle.Registered(
-            found.defining_query, found.fingerprint, found.refresh_mode, found.run_settings
+            current.defining_query, current.fingerprint, current.refresh_mode, current.run_settings
         )
 
     def table_exists(self) -> bool:
+        exists, self._exists = self._exists, None
+        if exists is not None:
+            return exists  # read with the registration, just before
         return bool(self.db.value("SELECT to_regclass(%s) IS NOT NULL", (_relation(self.spec),)))
 
     def interrupted_build(self, registered: lifecycle.Registered) -> str | None:
@@ -322,6 +335,7 @@ class PostgresBackend:
             registered.needs_full is None
             and spec.refresh_mode == registered.refresh_mode
             and run_settings.to_keep(spec, registered.run_settings) is None  # the function reads those
+            and self._functions_version == in_database.VERSION  # else the engine installs them anew
         ):
             # Most runs find nothing changed or a differential batch: the stream table's function in
             # the database refreshes (and records it) without planning the query, unless something
@@ -334,8 +348,11 @@ class PostgresBackend:
                 spec.initiated_by,
                 spec.invocation_id,
                 locked=True,  # the lifecycle holds it (serialized)
+                installed=self._functions_version,
+                release=True,  # with its commit, the run's last statement
             )
             if done is not None:
+                self._locked = False
                 return done
         return self._refresh(sql, registered)
 
