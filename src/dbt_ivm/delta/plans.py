@@ -37,7 +37,7 @@ def _render_derived(
     item: Derived, mode: Mode, ctx: Context, restrict: exp.Exists | None, ahead: bool
 ) -> exp.Expr:
     if mode == "delta":
-        found = delta(item.plan, ctx)
+        found = delta(item.plan, ctx, restrict)
         assert found is not None, "a changed derived item has a delta"
         return ctx.pinned(found)  # read by several terms
     state = ctx.as_before() if mode == "before" else ctx
@@ -96,15 +96,16 @@ def contents(plan: Plan, ctx: Context) -> exp.Query:
     return setop_contents(plan, contents(plan.left, ctx), contents(plan.right, ctx))
 
 
-def delta(plan: Plan, ctx: Context) -> exp.Query | None:
-    """The plan's change over the batch (None: no input changed)."""
+def delta(plan: Plan, ctx: Context, restrict: exp.Exists | None = None) -> exp.Query | None:
+    """The plan's change over the batch (None: no input changed); a grouping's, only for the groups
+    `restrict` keeps (the ones a term can join, `sideways`), the batch's other groups left out."""
     context(ctx)
     if isinstance(plan, Project):
         outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in plan.outputs]
         terms = relation.delta(plan.input, ctx)
         return union_all([term_select(t, outputs, ctx) for t in terms]) if terms else None
     if isinstance(plan, Aggregate):
-        return _delta_aggregate(plan, ctx)
+        return _delta_aggregate(plan, ctx, restrict if plan.group_by else None)
     if isinstance(plan, UnionAll):
         parts = [(p, delta(p, ctx)) for p in plan.inputs]
         changed = [renamed(d, p.names, plan.names, weighted=True) for p, d in parts if d is not None]
@@ -120,9 +121,9 @@ def delta(plan: Plan, ctx: Context) -> exp.Query | None:
     return delta_setop(plan, pinned_left, pinned_right, contents(plan.left, ctx), contents(plan.right, ctx))
 
 
-def _delta_recomputed(plan: Aggregate, ctx: Context) -> exp.Query | None:
+def _delta_recomputed(plan: Aggregate, ctx: Context, narrowed: exp.Exists | None) -> exp.Query | None:
     """The touched groups recomputed over their rows now (+1) and before the batch (−1)."""
-    changes = grouping.input_rows(plan, "delta", ctx)
+    changes = grouping.input_rows(plan, "delta", ctx, narrowed)
     if changes is None:
         return None
     restrict = None
@@ -138,10 +139,10 @@ def _delta_recomputed(plan: Aggregate, ctx: Context) -> exp.Query | None:
     return union_all(sides)
 
 
-def _delta_aggregate(plan: Aggregate, ctx: Context) -> exp.Query | None:
+def _delta_aggregate(plan: Aggregate, ctx: Context, narrowed: exp.Exists | None) -> exp.Query | None:
     if plan.recomputed:
-        return _delta_recomputed(plan, ctx)
-    found = grouping.input_rows(plan, "delta", ctx)
+        return _delta_recomputed(plan, ctx, narrowed)
+    found = grouping.input_rows(plan, "delta", ctx, narrowed)
     if found is None:
         return None
     changes = ctx.pinned(found)  # read twice: the touched keys, and the batch's own contribution

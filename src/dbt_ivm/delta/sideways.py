@@ -24,6 +24,24 @@ only; rows a rule computed from the batch (`Computed`, e.g. changed partners) na
 >>> [r.item.alias for r in found.path], found.keys
 (['part'], ((0, 'p_partkey'),))
 
+A table the term filters and joins on the same key narrows it further: a change to lineitem reaches
+the average of its part only if that part passes the query's filters on part.
+
+>>> term = Term((Read(part, "current"), Read(lineitem, "delta"), Read(avg, "current")),
+...     predicates=(exp.condition("part.p_partkey = lineitem.l_partkey AND _u_0.k = part.p_partkey "
+...         "AND part.p_brand = 'Brand#23'"),))
+>>> found = reachable_groups(term, term.reads[2])
+>>> [r.item.alias for r in found.path], found.keys, [link.sql() for link in found.links]
+(['lineitem', 'part'], ((0, 'p_partkey'),), ['lineitem.l_partkey = part.p_partkey', "part.p_brand = 'Brand#23'"])
+
+The averages' own change (the batch's parts, recomputed before and after) is narrowed the same way:
+
+>>> term = Term((Read(part, "current"), Read(lineitem, "current"), Read(avg, "delta")),
+...     predicates=term.predicates)
+>>> found = reachable_groups(term, term.reads[2])
+>>> [r.item.alias for r in found.path], found.keys
+(['part'], ((0, 'p_partkey'),))
+
 A change set may reach the groups through a table: a change to nation reaches the quantities per
 supplier through the suppliers of that nation.
 
@@ -76,7 +94,7 @@ def reachable_groups(term: Term, read: Read) -> Reachable | None:
     shortest chain of equalities from one of the term's batch reads, through base tables, to a group
     key (the most keys at the shortest length)."""
     item = read.item
-    if read.mode not in ("current", "before") or not isinstance(item, Derived):
+    if read.mode not in ("current", "before", "delta") or not isinstance(item, Derived):
         return None
     plan = item.plan
     if not isinstance(plan, Aggregate) or not plan.group_by:
@@ -98,6 +116,8 @@ def reachable_groups(term: Term, read: Read) -> Reachable | None:
     groups = [
         (i, o.name) for o in plan.outputs if (i := _plain_group(o.expression, placeholders)) is not None
     ]
+    if read.mode == "delta":  # the item's own change: only the term's filtered tables narrow it
+        return _through_filtered(None, term, classes, usable, (item.alias, groups))
     paths: list[tuple[str, ...]] = [(alias,) for alias, r in usable.items() if r.from_batch]
     seen = {path[0] for path in paths}
     for _ in range(MAX_PATH):
@@ -108,7 +128,7 @@ def reachable_groups(term: Term, read: Read) -> Reachable | None:
                 links = _links(classes, path) + _filters(term.predicates, path)
                 best = Reachable(tuple(usable[a] for a in path), links, keys)
         if best is not None:
-            return best
+            return _through_filtered(best, term, classes, usable, (item.alias, groups))
         longer = []
         for path in paths:
             for alias in usable:
@@ -117,6 +137,35 @@ def reachable_groups(term: Term, read: Read) -> Reachable | None:
                     longer.append((*path, alias))
         paths = longer
     return None
+
+
+def _through_filtered(
+    found: Reachable | None,
+    term: Term,
+    classes: list[set[tuple[str, str]]],
+    usable: dict[str, Read],
+    grouped: tuple[str, list[tuple[int, str]]],
+) -> Reachable | None:
+    """`found` (None: nothing yet) continued through the term's tables that it filters and joins on
+    the same group keys: a change to lineitem reaches the average of its part only when that part
+    passes the query's filters on part, so Δlineitem's thousands of parts shrink to the few the term
+    keeps. A grouped item's own change is narrowed by such tables alone."""
+    path = [] if found is None else [r.item.alias for r in found.path]
+    wanted = set() if found is None else {index for index, _ in found.keys}
+    for alias in sorted(usable):
+        if len(path) >= MAX_PATH or alias in path or not _filters(term.predicates, (alias,)):
+            continue
+        keys = _keys(classes, *grouped, alias)
+        linked = not path or _linked(classes, path[-1], alias)
+        if keys and {index for index, _ in keys} >= wanted and linked:
+            wanted = {index for index, _ in keys}
+            path.append(alias)
+            found = Reachable(
+                tuple(usable[a] for a in path),
+                _links(classes, tuple(path)) + _filters(term.predicates, tuple(path)),
+                keys,
+            )
+    return found
 
 
 REACH = "__ivm_reach"  # the path's first read's alias inside the restriction (then __ivm_reach1, …)
