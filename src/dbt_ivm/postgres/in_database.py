@@ -52,6 +52,12 @@ def signature(catalog: str, stream_table: str) -> str:
     return f"{qn(catalog, function_name(stream_table))}({ARGUMENTS})"
 
 
+def installed_version(catalog: str) -> str:
+    """A query of the version of a stream table's installed refresh functions, from the parameters
+    (stream table, `signature`): none when they are not there."""
+    return f"SELECT version FROM {qn(catalog, TABLE)} WHERE stream_table = %s AND to_regprocedure(%s) IS NOT NULL"
+
+
 def refresh_by_function(
     db: Db,
     catalog: str,
@@ -79,10 +85,7 @@ def refresh_by_function(
     function; COMMIT with the buffer trim (and the unlock)."""
     function = qn(catalog, function_name(stream_table))
     if installed is None:
-        installed = db.value(
-            f"SELECT version FROM {qn(catalog, TABLE)} WHERE stream_table = %s AND to_regprocedure(%s) IS NOT NULL",
-            (stream_table, signature(catalog, stream_table)),
-        )
+        installed = db.value(installed_version(catalog), (stream_table, signature(catalog, stream_table)))
     if installed != VERSION:
         return None
     started = time.monotonic()

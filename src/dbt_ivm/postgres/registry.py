@@ -7,8 +7,7 @@ from typing import Any
 
 from dbt_ivm.cost import RECENT, PastRefresh
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.postgres.in_database import TABLE as PROCEDURES
-from dbt_ivm.postgres.in_database import dispatcher_sql, signature
+from dbt_ivm.postgres.in_database import dispatcher_sql, installed_version, signature
 from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
@@ -154,8 +153,7 @@ def find(db: Db, catalog: str, stream_table: str, relation: str) -> Found:
     """`lookup`, whether the table `relation` exists and the installed refresh functions' version
     (postgres.in_database), in one round trip."""
     row = db.one(
-        f"SELECT to_regclass(%s) IS NOT NULL, (SELECT version FROM {qn(catalog, PROCEDURES)} "
-        "WHERE stream_table = %s AND to_regprocedure(%s) IS NOT NULL), "
+        f"SELECT to_regclass(%s) IS NOT NULL, ({installed_version(catalog)}), "
         f"{', '.join(f's.{c}' for c in COLUMNS)} "
         f"FROM (SELECT) AS one LEFT JOIN {qn(catalog, 'stream_tables')} AS s ON s.stream_table = %s",
         (relation, stream_table, signature(catalog, stream_table), stream_table),
