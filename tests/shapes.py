@@ -261,6 +261,15 @@ def streams(s: str) -> dict[str, str]:
             f"FROM {s}.orders o JOIN {s}.customers c ON o.customer_id = c.id GROUP BY ROLLUP (c.tier, c.region_id)"
         ),
         "cube_counts": f"SELECT kind, v, COUNT(*) AS n FROM {s}.events GROUP BY CUBE (kind, v)",
+        # user names spelled like the engine's: a grouped subquery's alias and outputs, filtered
+        # customers (a restriction reaches the subquery), and an EXISTS whose alias shadows the
+        # outer one while its condition reads the outer table unqualified
+        "internal_names": (
+            f"SELECT c.id, c.name, t.__ivm_weight AS total, t.__ivm_count AS n FROM {s}.customers c JOIN "
+            f"(SELECT __ivm_reach.customer_id, SUM(__ivm_reach.amount) AS __ivm_weight, COUNT(*) AS __ivm_count "
+            f"FROM {s}.orders __ivm_reach GROUP BY __ivm_reach.customer_id) t ON t.customer_id = c.id "
+            f"WHERE c.tier = 'premium' AND EXISTS (SELECT 1 FROM {s}.returns c WHERE c.order_id = region_id)"
+        ),
         "grouping_sets_max": (
             f"SELECT customer_id, amount, MAX(id) AS m, COUNT(*) AS n FROM {s}.orders "
             "GROUP BY GROUPING SETS ((customer_id), (amount), ())"

@@ -33,7 +33,11 @@ from dbt_ivm.catalog import Catalog, TableInfo, qualified_name
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.plan import rewrites
 from dbt_ivm.plan.dialects import read_dialect
-from dbt_ivm.plan.internal_names import rename_reserved_columns
+from dbt_ivm.plan.internal_names import (
+    rename_reserved_aliases,
+    rename_reserved_columns,
+    rename_reserved_outputs,
+)
 from dbt_ivm.plan.nodes import (
     AggCall,
     AggFunc,
@@ -56,6 +60,7 @@ from dbt_ivm.plan.nodes import (
     all_items,
 )
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
+from dbt_ivm.reserved import internal_columns
 
 SUPPORTED_AGGREGATES: dict[type[exp.Expr], AggFunc] = {
     exp.Count: "count",
@@ -92,6 +97,7 @@ def build_plan(
         tree = qualify(
             tree, schema=schema, dialect=dialect, quote_identifiers=True, validate_qualify_columns=True
         )
+        tree = rename_reserved_outputs(rename_reserved_aliases(tree))
         tree = merge_subqueries(tree)
         tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
     except OptimizeError as error:
@@ -105,7 +111,7 @@ def build_plan(
     if len(names) != len(tree.selects):
         raise InvalidQuery(model, f"expected {len(tree.selects)} output names, got {len(names)}")
     rename_reserved_columns(tree, tables)
-    return _Planner(tables, model).query(tree, tuple(names))
+    return _Planner(tables, model, case_insensitive).query(tree, tuple(names))
 
 
 def inline_ctes(tree: exp.Expr) -> exp.Expr:
@@ -297,8 +303,8 @@ def _subquery_form(node: exp.Expr) -> str:
 class _Planner:
     """Maps a qualified query onto operators, scope by scope (each SELECT, subquery and branch)."""
 
-    def __init__(self, tables: dict[str, TableInfo], model: str) -> None:
-        self.tables, self.model = tables, model
+    def __init__(self, tables: dict[str, TableInfo], model: str, case_insensitive: bool = False) -> None:
+        self.tables, self.model, self.case_insensitive = tables, model, case_insensitive
         self.positions = itertools.count()
         self.aliases = itertools.count(1)
 
@@ -532,16 +538,46 @@ class _Planner:
 
     def separate_aliases(self, subquery: exp.Select, outer: set[str]) -> None:
         """Rename a subquery's own aliases that an enclosing scope also declares: the conditions
-        added for IN must reach the outer one, and shadowing would hide it."""
+        added for IN must reach the outer one, and shadowing would hide it.
+
+        qualify names an outer column by its alias even where an inner alias shadows it
+        (``FROM partsupp p WHERE p.ps_partkey = p_partkey``, p_partkey the outer part's): only
+        references to a column the inner source has, and made in no nested scope declaring the
+        alias again, are the inner source's."""
         for source in list(subquery.find_all(exp.Table, exp.Subquery)):
             alias = source.alias_or_name if isinstance(source, exp.Table) else source.alias
             if not alias or alias not in outer or source.find_ancestor(exp.Select) is not subquery:
                 continue
             fresh = f"{alias}__ivm_{next(self.aliases)}"
+            columns = self.source_columns(source)
             source.set("alias", exp.TableAlias(this=exp.to_identifier(fresh, quoted=True)))
             for column in subquery.find_all(exp.Column):
-                if column.table == alias:
+                name = column.name.lower() if self.case_insensitive else column.name
+                if column.table == alias and name in columns and _declared_in(column, alias, subquery):
                     column.set("table", exp.to_identifier(fresh, quoted=True))
+
+    def source_columns(self, source: exp.Expr) -> set[str]:
+        """The column names a FROM item provides, as qualified references spell them."""
+        if isinstance(source, exp.Subquery):
+            names = [s.alias_or_name for s in source.this.selects]
+        else:
+            assert isinstance(source, exp.Table)
+            names = internal_columns(self.tables[qualified_name(source.db, source.name)])
+        return {n.lower() for n in names} if self.case_insensitive else set(names)
+
+
+def _declared_in(column: exp.Column, alias: str, scope: exp.Select) -> bool:
+    """Does `column` resolve `alias` in `scope`, rather than in a SELECT between them declaring it?"""
+    select = column.find_ancestor(exp.Select)
+    while select is not None and select is not scope:
+        if any(
+            s.alias_or_name == alias
+            for s in select.find_all(exp.Table, exp.Subquery)
+            if s.find_ancestor(exp.Select) is select
+        ):
+            return False
+        select = select.find_ancestor(exp.Select)
+    return True
 
 
 def _union_all_branches(node: exp.Expr) -> list[exp.Expr]:
