@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dbt_ivm.delta import grouping, relation, window
+from dbt_ivm.delta import grouping, relation, unchanged, window
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.setop import delta_setop, setop_contents
@@ -105,7 +105,10 @@ def delta(plan: Plan, ctx: Context, restrict: exp.Exists | None = None) -> exp.Q
         terms = relation.delta(plan.input, ctx)
         return union_all([term_select(t, outputs, ctx) for t in terms]) if terms else None
     if isinstance(plan, Aggregate):
-        return _delta_aggregate(plan, ctx, restrict if plan.group_by else None)
+        found = _delta_aggregate(plan, ctx, restrict if plan.group_by else None)
+        if found is None or not unchanged.comparable(plan):
+            return found
+        return unchanged.without_unchanged(found, plan.names, ctx.pinned)
     if isinstance(plan, UnionAll):
         parts = [(p, delta(p, ctx)) for p in plan.inputs]
         changed = [renamed(d, p.names, plan.names, weighted=True) for p, d in parts if d is not None]
