@@ -270,6 +270,11 @@ def streams(s: str) -> dict[str, str]:
             f"FROM {s}.orders __ivm_reach GROUP BY __ivm_reach.customer_id) t ON t.customer_id = c.id "
             f"WHERE c.tier = 'premium' AND EXISTS (SELECT 1 FROM {s}.returns c WHERE c.order_id = region_id)"
         ),
+        # a set operation whose output is spelled like the engine's, named by its first branch
+        "internal_names_union": (
+            f"SELECT u.__ivm_w AS w, u.k FROM (SELECT o.amount AS __ivm_w, o.customer_id AS k FROM {s}.orders o "
+            f"UNION ALL SELECT CAST(r.order_id AS decimal(10,2)), r.order_id FROM {s}.returns r) u"
+        ),
         "grouping_sets_max": (
             f"SELECT customer_id, amount, MAX(id) AS m, COUNT(*) AS n FROM {s}.orders "
             "GROUP BY GROUPING SETS ((customer_id), (amount), ())"

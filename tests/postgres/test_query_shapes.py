@@ -108,6 +108,11 @@ SHOP_QUERIES = {
         "SUM(o.amount) OVER w AS running, NTILE(2) OVER w AS half FROM customers c "
         "JOIN orders o ON o.customer_id = c.id WINDOW w AS (PARTITION BY c.id ORDER BY o.id)"
     ),
+    # a scalar subquery whose value has no equality (json): its -old/+new pair is kept, not compared
+    "json_scalar": (
+        "SELECT o.id, a.j::text AS jt FROM orders o CROSS JOIN (SELECT json_build_object('n', COUNT(*)) AS j, "
+        "COUNT(*) AS n FROM events) a WHERE a.n > 0 AND o.amount > 60"
+    ),
     "grouping_sets_expressions": (
         "SELECT COALESCE(customer, 'all') AS who, customer_id % 2 AS parity, SUM(amount) AS s, "
         "GROUPING(customer, customer_id % 2) AS g FROM orders "

@@ -6,8 +6,10 @@ would first be joined with every row it is compared with (``HAVING SUM(x) > (SEL
 SUM(x) …)``, TPC-H Q11), twice, before the rows cancel. Dropping the pair when its rows are equal
 (NULL equal to NULL) makes such a term empty before it joins anything.
 
-Only for values that compare: a call whose result may have no equality (``ARRAY_AGG`` of a json
-column, a function sqlglot does not know) keeps the pair.
+Only for values whose type compares by equality on both engines (numbers, text, booleans, dates
+and times, by the types sqlglot's annotate_types gave the query): PostgreSQL's json has no ``=``,
+Spark's ``<=>`` refuses maps, and a box's ``=`` compares areas. Equal is not always identical
+(numeric 1.0 and 1.00): the value read before stays, as a stored row with an unchanged key does.
 
 >>> import sqlglot
 >>> pair = sqlglot.parse_one("SELECT 1 AS t, -1 AS __ivm_weight UNION ALL SELECT 1 AS t, 1 AS __ivm_weight")
@@ -27,16 +29,24 @@ from dbt_ivm.plan.nodes import Aggregate
 from dbt_ivm.sqltext import WEIGHT, all_of, columns
 
 PAIR, OTHER = "__ivm_pair", "__ivm_other"
-# Results that may lack an equality operator (PostgreSQL's json has none, nor arrays of it).
-NOT_COMPARED = (exp.ArrayAgg, exp.Anonymous, exp.JSONObjectAgg, exp.JSONBObjectAgg, exp.JSONArrayAgg)
+COMPARED_TYPES = (
+    exp.DataType.NUMERIC_TYPES
+    | exp.DataType.TEXT_TYPES
+    | {exp.DataType.Type.BOOLEAN, exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP}
+    | {exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.TIME}
+)
 
 
 def comparable(plan: Aggregate) -> bool:
-    """Can the aggregate's old and new rows be compared for equality? (Ungrouped only.)"""
+    """Can the aggregate's old and new rows be compared for equality? (Ungrouped only, outputs of
+    distinct names and of known types that compare.)"""
     if plan.group_by:
         return False
-    written = [o.expression for o in plan.original_outputs] + [c.original for c in plan.calls]
-    return not any(e.find(*NOT_COMPARED) for e in written)
+    names = [o.name.lower() for o in plan.original_outputs]
+    if len(set(names)) != len(names):  # a column the pair could not name
+        return False
+    types = [o.expression.type for o in plan.original_outputs]
+    return all(t is not None and t.this in COMPARED_TYPES for t in types)
 
 
 def without_unchanged(

@@ -372,11 +372,14 @@ class _Planner:
         if node.args.get("order") or node.args.get("limit"):
             self.refuse(f"ORDER BY / LIMIT on `{excerpt(node)}`", "drop it, or filter in a downstream model")
         distinct = bool(node.args.get("distinct", True))
+        # Every branch under the operation's names: a later branch's own may repeat (`SELECT
+        # CAST(x AS …), x`), and its rows are read by name.
+        names = names or tuple(s.alias_or_name for s in node.selects)
         if isinstance(node, exp.Union) and not distinct:
             branches = _union_all_branches(node)
-            inputs = tuple(self.query(b) for b in branches)
-            return UnionAll(inputs, names or inputs[0].names)
-        left, right = self.query(node.this), self.query(node.expression)
+            inputs = tuple(self.query(b, names) for b in branches)
+            return UnionAll(inputs, names)
+        left, right = self.query(node.this, names), self.query(node.expression, names)
         kind: SetKind = "union" if isinstance(node, exp.Union) else "intersect"
         if isinstance(node, exp.Except):
             kind = "except"

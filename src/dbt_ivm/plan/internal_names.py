@@ -83,22 +83,31 @@ def rename_reserved_outputs(tree: exp.Expr) -> exp.Expr:
     >>> rename_reserved_outputs(tree).sql()
     'SELECT "a"."user_weight" AS "w" FROM (SELECT SUM("t"."v") AS "user_weight" FROM "t" AS "t") AS "a"'
     """
-    outputs = tree
-    while isinstance(outputs, exp.SetOperation | exp.Subquery):
-        outputs = outputs.this
+    top: set[int] = set()  # the query's own outputs: its SELECT, or its set operations' leftmost one
+    node: exp.Expr = tree
+    while True:
+        top.add(id(node))
+        if not isinstance(node, exp.SetOperation | exp.Subquery):
+            break
+        node = node.this
     fresh = _FreshNames(tree)
-    renamed: dict[int, dict[str, str]] = {}
     scopes = traverse_scope(tree)
+    # All names first: a set operation is named by its leftmost SELECT, renamed as a scope of its own.
+    renamed: dict[int, dict[str, str]] = {}
     for scope in scopes:
-        if scope.expression is outputs or not isinstance(scope.expression, exp.Query):
+        if id(scope.expression) in top or not isinstance(scope.expression, exp.Query):
             continue
-        names: dict[str, str] = {}
-        for select in scope.expression.selects:
-            if isinstance(select, exp.Alias) and is_reserved(select.alias):
-                names[select.alias] = fresh.of(select.alias)
-                select.set("alias", exp.to_identifier(names[select.alias], quoted=True))
-        if names:
-            renamed[id(scope.expression)] = names
+        reserved = [
+            s.alias for s in scope.expression.selects if isinstance(s, exp.Alias) and is_reserved(s.alias)
+        ]
+        if reserved:
+            renamed[id(scope.expression)] = {name: fresh.of(name) for name in reserved}
+    for scope in scopes:
+        names = renamed.get(id(scope.expression), {})
+        if isinstance(scope.expression, exp.Select):
+            for select in scope.expression.selects:
+                if isinstance(select, exp.Alias) and select.alias in names:
+                    select.set("alias", exp.to_identifier(names[select.alias], quoted=True))
     if not renamed:
         return tree
     for scope in scopes:
