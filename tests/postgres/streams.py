@@ -17,6 +17,11 @@ from tests.shapes import Workload, create_statements
 
 SCHEMA = "public"
 CATALOG = "dbt_ivm"
+# The small shop several tests refresh from: 20 orders of four customers, c0..c3.
+TWENTY_ORDERS = (
+    "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
+    "INSERT INTO orders SELECT i, 'c' || (i % 4), i FROM generate_series(1, 20) i;"
+)
 
 
 def make_spec(name: str, sql: str, **options: Any) -> StreamTableSpec:

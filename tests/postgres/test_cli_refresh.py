@@ -15,7 +15,7 @@ import pytest
 
 from dbt_ivm import cli
 from tests.oracle import assert_matches_query
-from tests.postgres.streams import CATALOG, connect, execute, refresh, rows
+from tests.postgres.streams import CATALOG, TWENTY_ORDERS, connect, execute, refresh, rows
 
 pytestmark = pytest.mark.postgres
 
@@ -29,8 +29,7 @@ RECENT = "SELECT id, amount FROM orders WHERE id > 15"
 def shop(pg_conn: Any) -> Any:
     execute(
         pg_conn,
-        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
-        "INSERT INTO orders SELECT i, 'c' || (i % 4), i FROM generate_series(1, 20) i;",
+        TWENTY_ORDERS,
     )
     refresh(pg_conn, "customer_totals", TOTALS, refresh_mode="differential", notify_channel="totals_changed")
     refresh(pg_conn, "big_spenders", BIG_SPENDERS, refresh_mode="differential")
@@ -164,8 +163,7 @@ def test_a_cron_schedule_decides_when_a_refresh_is_due(
 ) -> None:
     execute(
         pg_conn,
-        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
-        "INSERT INTO orders SELECT i, 'c' || (i % 4), i FROM generate_series(1, 20) i;",
+        TWENTY_ORDERS,
     )
     refresh(pg_conn, "daily_totals", TOTALS, refresh_mode="differential", schedule="0 6 * * *")
     execute(pg_conn, "INSERT INTO orders VALUES (21, 'c9', 5)")

@@ -14,6 +14,7 @@ from tests.oracle import assert_matches_query
 from tests.postgres.streams import (
     CATALOG,
     SCHEMA,
+    TWENTY_ORDERS,
     buffer_count,
     connect,
     execute,
@@ -40,9 +41,7 @@ def shop(pg_conn: Any) -> Any:
     execute(
         pg_conn,
         "CREATE TABLE customers (name text PRIMARY KEY, region text);"
-        "INSERT INTO customers SELECT 'c' || i, 'r' || (i % 2) FROM generate_series(0, 3) i;"
-        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
-        "INSERT INTO orders SELECT i, 'c' || (i % 4), i FROM generate_series(1, 20) i;",
+        "INSERT INTO customers SELECT 'c' || i, 'r' || (i % 2) FROM generate_series(0, 3) i;" + TWENTY_ORDERS,
     )
     refresh(pg_conn, "customer_totals", TOTALS, refresh_mode="differential")
     refresh(pg_conn, "order_details", DETAILS, refresh_mode="differential")

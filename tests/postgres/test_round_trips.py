@@ -14,7 +14,7 @@ from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.in_database import function_name, refresh_by_function
 from dbt_ivm.postgres.runner import run_stream_table
 from tests.oracle import assert_matches_query
-from tests.postgres.streams import CATALOG, execute, make_spec, refresh, rows, value
+from tests.postgres.streams import CATALOG, TWENTY_ORDERS, execute, make_spec, refresh, rows, value
 
 pytestmark = pytest.mark.postgres
 
@@ -32,8 +32,7 @@ SIGNATURE = (
 def shop(pg_conn: Any) -> Any:
     execute(
         pg_conn,
-        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
-        "INSERT INTO orders SELECT i, 'c' || (i % 4), i FROM generate_series(1, 20) i;",
+        TWENTY_ORDERS,
     )
     refresh(pg_conn, "totals", TOTALS, refresh_mode="differential")
     return pg_conn

@@ -33,11 +33,7 @@ from dbt_ivm.catalog import Catalog, TableInfo, qualified_name
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.plan import rewrites
 from dbt_ivm.plan.dialects import read_dialect
-from dbt_ivm.plan.internal_names import (
-    rename_reserved_aliases,
-    rename_reserved_columns,
-    rename_reserved_outputs,
-)
+from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
 from dbt_ivm.plan.nodes import (
     AggCall,
     AggFunc,
@@ -97,7 +93,7 @@ def build_plan(
         tree = qualify(
             tree, schema=schema, dialect=dialect, quote_identifiers=True, validate_qualify_columns=True
         )
-        tree = rename_reserved_outputs(rename_reserved_aliases(tree))
+        tree = rename_reserved_names(tree)
         tree = merge_subqueries(tree)
         tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
     except OptimizeError as error:

@@ -46,7 +46,16 @@ def rename_reserved_columns(tree: exp.Expr, tables: dict[str, TableInfo]) -> exp
     return tree
 
 
-def rename_reserved_aliases(tree: exp.Expr) -> exp.Expr:
+def rename_reserved_names(tree: exp.Expr) -> exp.Expr:
+    """`rename_reserved_aliases` then `rename_reserved_outputs`, sharing the fresh names; nothing
+    when no identifier of the (qualified) tree is spelled like the engine's, as in most queries."""
+    if not any(is_reserved(i.name) for i in tree.find_all(exp.Identifier)):
+        return tree
+    fresh = _FreshNames(tree)
+    return rename_reserved_outputs(rename_reserved_aliases(tree, fresh), fresh)
+
+
+def rename_reserved_aliases(tree: exp.Expr, fresh: _FreshNames | None = None) -> exp.Expr:
     """Give table and subquery aliases spelled like the engine's own (``__ivm_reach``) other names,
     in place; returns `tree` (qualified: every column names its source's alias).
 
@@ -59,7 +68,7 @@ def rename_reserved_aliases(tree: exp.Expr) -> exp.Expr:
     >>> rename_reserved_aliases(tree).sql()
     'SELECT "user_reach"."g" FROM "t" AS "user_reach"'
     """
-    fresh = _FreshNames(tree)
+    fresh = fresh or _FreshNames(tree)
     for alias in tree.find_all(exp.TableAlias):
         if is_reserved(alias.name):
             alias.set("this", exp.to_identifier(fresh.of(alias.name), quoted=True))
@@ -69,7 +78,7 @@ def rename_reserved_aliases(tree: exp.Expr) -> exp.Expr:
     return tree
 
 
-def rename_reserved_outputs(tree: exp.Expr) -> exp.Expr:
+def rename_reserved_outputs(tree: exp.Expr, fresh: _FreshNames | None = None) -> exp.Expr:
     """Give a subquery's output columns spelled like the engine's own (``__ivm_weight``) other names,
     in place, and the references to them; returns `tree` (qualified).
 
@@ -90,7 +99,7 @@ def rename_reserved_outputs(tree: exp.Expr) -> exp.Expr:
         if not isinstance(node, exp.SetOperation | exp.Subquery):
             break
         node = node.this
-    fresh = _FreshNames(tree)
+    fresh = fresh or _FreshNames(tree)
     scopes = traverse_scope(tree)
     # All names first: a set operation is named by its leftmost SELECT, renamed as a scope of its own.
     renamed: dict[int, dict[str, str]] = {}
@@ -102,14 +111,14 @@ def rename_reserved_outputs(tree: exp.Expr) -> exp.Expr:
         ]
         if reserved:
             renamed[id(scope.expression)] = {name: fresh.of(name) for name in reserved}
+    if not renamed:
+        return tree
     for scope in scopes:
         names = renamed.get(id(scope.expression), {})
         if isinstance(scope.expression, exp.Select):
             for select in scope.expression.selects:
                 if isinstance(select, exp.Alias) and select.alias in names:
                     select.set("alias", exp.to_identifier(names[select.alias], quoted=True))
-    if not renamed:
-        return tree
     for scope in scopes:
         for column in scope.columns:
             source = _declaring_source(scope, column.table)
