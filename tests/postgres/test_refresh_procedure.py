@@ -10,6 +10,7 @@ from typing import Any
 import psycopg2
 import pytest
 
+from dbt_ivm.postgres import statistics
 from tests.oracle import assert_matches_query
 from tests.postgres.streams import (
     CATALOG,
@@ -100,6 +101,24 @@ def test_call_refreshes_differentially_and_in_order(shop: Any) -> None:
     refresh(shop, "customer_totals", TOTALS, refresh_mode="differential")
     assert call(shop, "public.customer_totals")["action"] == "SKIP"
     assert_matches_query(shop, "public", "customer_totals", TOTALS, "after dbt-ivm then CALL")
+
+
+def test_changes_are_analyzed_from_a_sample_and_the_callers_target_kept(shop: Any) -> None:
+    # 500 distinct amounts: a histogram of the caller's target would have 58 bounds, the sample's 11.
+    execute(
+        shop,
+        "SET default_statistics_target = 57;"
+        "INSERT INTO orders SELECT 100 + i, 'c' || (i % 4), i FROM generate_series(1, 500) i",
+    )
+    assert call(shop, "public.customer_totals")["action"] == "DIFFERENTIAL"
+    assert value(shop, "SHOW default_statistics_target") == "57"
+    bounds = value(
+        shop,
+        "SELECT max(pg_catalog.array_length(histogram_bounds::text::text[], 1)) FROM pg_catalog.pg_stats "
+        "WHERE schemaname LIKE 'pg_temp%%' AND tablename LIKE '__ivm_pending_%%' AND attname = 'amount'",
+    )
+    assert bounds == statistics.SAMPLED_TARGET + 1
+    assert_matches_query(shop, "public", "customer_totals", TOTALS, "after 500 inserts")
 
 
 def test_call_recomputes_where_a_refresh_must(shop: Any) -> None:

@@ -16,6 +16,7 @@ from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.delta.terms import aliased
 from dbt_ivm.keys import POSTGRES, Target, key_hash
 from dbt_ivm.layout import DUP, Layout
+from dbt_ivm.postgres import statistics
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.temp_names import unique
 from dbt_ivm.postgres.user_triggers import TriggerChoice, suppressed, write_keyed, write_multiset
@@ -68,7 +69,8 @@ def temp_table(db: Db, purpose: str, query: str) -> exp.Table:
 
 
 def analyze(db: Db, table: exp.Table) -> None:
-    db.execute(f"ANALYZE {table.sql(DIALECT)}")
+    """Statistics for one of the engine's temp tables, from a small sample (`statistics`)."""
+    db.execute(statistics.analyze_statement([table.sql(DIALECT)]))
 
 
 def plain_layout(names: list[str]) -> Layout:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from dbt_ivm.catalog import TableInfo
-from dbt_ivm.postgres import capture, immediate, user_triggers
+from dbt_ivm.postgres import capture, immediate, statistics, user_triggers
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import Statements, netted_insert
 from dbt_ivm.postgres.in_database import ARGUMENTS, LOCK_PREFIX, TABLE, VERSION, function_name, tag_of
@@ -267,7 +267,7 @@ def _fill_pending(catalog: str, program: Program) -> str:
     """Copy the net effect of each changed source's pending changes into the session's pending table
     (`immediate_sql.netted_insert`), then give every pending table statistics: a new session's are
     unanalyzed, and the planner would take an empty one for hundreds of rows (and scan the other side
-    of a join whole)."""
+    of a join whole). A small sample is enough (`statistics`)."""
     parts = [immediate.create_pending(program.stream_table, program.sources)]
     tables = []
     for index, source in enumerate(program.sources):
@@ -278,7 +278,7 @@ def _fill_pending(catalog: str, program: Program) -> str:
         netted = netted_insert(table, source, f"SELECT {names} FROM {rows} AS r")
         parts.append(f"DELETE FROM {table}; IF {index} = ANY (__ivm_changed) THEN {netted}; END IF;")
         tables.append(table)
-    parts.append(f"ANALYZE {', '.join(tables)};")
+    parts.append(statistics.analyze_block(tables))
     return "\n    ".join(parts)
 
 
