@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dbt_ivm.errors import UnsupportedQuery
-from tests.postgres.streams import execute, history, refresh, refresh_and_check
+from tests.postgres.streams import TWENTY_ORDERS, execute, history, refresh, refresh_and_check
 from tests.postgres.test_randomized import seeded_shop
 
 pytestmark = pytest.mark.postgres
@@ -272,6 +272,26 @@ def test_running_float_sums_are_refused_and_recomputed_in_auto(pg_conn: Any) -> 
     assert (
         refresh_and_check(pg_conn, "exact_sums", exact, refresh_mode="differential").action == "DIFFERENTIAL"
     )
+
+
+def test_whole_row_references_are_refused_by_name(pg_conn: Any) -> None:
+    # A change set's row is not the table's row (the engine's weight, only the columns the query
+    # reads): to_jsonb(o) over it held {"__ivm_weight": 1, …}, silently.
+    execute(pg_conn, TWENTY_ORDERS)
+    for sql in (
+        "SELECT o.id, to_jsonb(o) AS j FROM orders o WHERE o.amount > 5",
+        "SELECT id, row_to_json(o.*)::text AS j FROM orders AS o",
+        "SELECT id, (o).amount AS a FROM orders o",
+    ):
+        with pytest.raises(
+            UnsupportedQuery, match=r"whole-row reference .*model whole_row.*name the columns"
+        ):
+            refresh(pg_conn, "whole_row", sql, refresh_mode="differential")
+    sql = "SELECT o.id, to_jsonb(o) AS j FROM orders o WHERE o.amount > 5"
+    assert refresh_and_check(pg_conn, "whole_row_auto", sql).action == "CREATE"
+    execute(pg_conn, "UPDATE orders SET amount = 50 WHERE id = 3")
+    result = refresh_and_check(pg_conn, "whole_row_auto", sql)
+    assert result.action == "FULL" and "whole-row reference" in (result.reason or "")
 
 
 def test_columns_without_equality_are_refused_by_name(pg_conn: Any) -> None:

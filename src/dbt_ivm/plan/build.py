@@ -258,6 +258,15 @@ def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
             raise UnsupportedQuery(
                 model, f"`{excerpt(node)}`", "filter the window function's result in an outer SELECT"
             )
+        if isinstance(node, exp.TableColumn) or (
+            isinstance(node, exp.Column) and isinstance(node.this, exp.Star)
+        ):
+            # `to_jsonb(o)`, `row_to_json(o.*)`: a change set's row has the engine's columns, not the table's.
+            raise UnsupportedQuery(
+                model,
+                f"whole-row reference `{excerpt(node.parent or node)}`",
+                "name the columns it should hold, e.g. jsonb_build_object('id', o.id, …)",
+            )
         if isinstance(node, exp.Query):
             for clause, construct in (("limit", "LIMIT"), ("offset", "OFFSET")):
                 if node.args.get(clause) and (node is not tree or not isinstance(node, exp.Select)):
