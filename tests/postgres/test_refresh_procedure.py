@@ -11,6 +11,7 @@ import psycopg2
 import pytest
 
 from dbt_ivm.postgres import statistics
+from dbt_ivm.postgres.in_database import tag_of
 from tests.oracle import assert_matches_query
 from tests.postgres.streams import (
     CATALOG,
@@ -119,6 +120,22 @@ def test_changes_are_analyzed_from_a_sample_and_the_callers_target_kept(shop: An
     )
     assert bounds == statistics.SAMPLED_TARGET + 1
     assert_matches_query(shop, "public", "customer_totals", TOTALS, "after 500 inserts")
+
+
+def test_changes_carry_only_the_columns_the_query_reads(shop: Any) -> None:
+    # big_spenders reads customer_totals' customer and total, not its order_count.
+    execute(shop, "INSERT INTO orders VALUES (21, 'c1', 500)")
+    assert call(shop, "public.customer_totals")["action"] == "DIFFERENTIAL"
+    assert call(shop, "public.big_spenders")["action"] == "DIFFERENTIAL"
+    carried = rows(
+        shop,
+        "SELECT a.attname FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+        "WHERE c.relnamespace = pg_catalog.pg_my_temp_schema() AND c.relname LIKE %s AND a.attnum > 0 "
+        "ORDER BY a.attnum",
+        (f"__ivm_pending_{tag_of('public.big_spenders')}_%",),
+    )
+    assert [name for (name,) in carried] == ["__ivm_weight", "customer", "total"]
+    assert_matches_query(shop, "public", "big_spenders", BIG_SPENDERS, "after an insert")
 
 
 def test_call_recomputes_where_a_refresh_must(shop: Any) -> None:
@@ -277,15 +294,16 @@ def test_shape_refreshed_by_call_and_by_dbt_ivm_in_turn(pg_dsn: str, name: str) 
 
 def test_odd_identifiers(pg_conn: Any) -> None:
     """Names with quotes, spaces, Unicode and reserved words, columns named like the procedure's
-    outputs and our own internals, a stream table named like the procedure."""
+    outputs and our own internals (after a column the query does not read: the changes it reads
+    leave that one out), a stream table named like the procedure."""
     from dbt_ivm.postgres.runner import run_stream_table
     from dbt_ivm.spec import StreamTableSpec
 
     execute(
         pg_conn,
         'CREATE SCHEMA "Odd ""schema"" ü"; CREATE TABLE "Odd ""schema"" ü"."select" '
-        '(id int PRIMARY KEY, "action" text, "reason" int, "__ivm_weight" int);'
-        'INSERT INTO "Odd ""schema"" ü"."select" SELECT i, \'a\' || (i % 3), i, i FROM generate_series(1, 9) i',
+        '(id int PRIMARY KEY, "action" text, "reason" int, "unread" int, "__ivm_weight" int);'
+        'INSERT INTO "Odd ""schema"" ü"."select" SELECT i, \'a\' || (i % 3), i, i, i FROM generate_series(1, 9) i',
     )
     sql = (
         'SELECT "action", SUM("reason") AS "rows_inserted", SUM("__ivm_weight") AS "w", COUNT(*) AS n '

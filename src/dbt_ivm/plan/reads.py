@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.plan.nodes import Plan, scans_in
-from dbt_ivm.reserved import internal_column
+from dbt_ivm.reserved import internal_column, is_reserved
 
 
 def columns_read(plan: Plan) -> dict[str, tuple[str, ...]]:
@@ -43,6 +43,26 @@ def columns_read(plan: Plan) -> dict[str, tuple[str, ...]]:
     for scan in scans_in(plan):
         found[scan.table.qualified] = _kept(scan.table, named)
     return found
+
+
+def narrowed(table: TableInfo, read: tuple[str, ...]) -> TableInfo:
+    """`table` with only the columns `read` (from `columns_read`), in table order, and every column
+    before a read one carried under a positional name (``__ivm_c<n>``, `reserved`): dropping one of
+    those would change that name.
+
+    >>> from dbt_ivm.catalog import Column, TableInfo
+    >>> t = TableInfo("public", "t", (Column("id", "int"), Column("note", "text"), Column("__ivm_x", "int"),
+    ...               Column("v", "int")))
+    >>> narrowed(t, ("id", "v")).column_names()
+    ['id', 'v']
+    >>> narrowed(t, ("id", "__ivm_x")).column_names()
+    ['id', 'note', '__ivm_x']
+    """
+    positional = [i for i, c in enumerate(table.columns) if c.name in read and is_reserved(c.name)]
+    last = max(positional, default=-1)
+    return dataclasses.replace(
+        table, columns=tuple(c for i, c in enumerate(table.columns) if c.name in read or i < last)
+    )
 
 
 def _kept(table: TableInfo, named: set[str]) -> tuple[str, ...]:

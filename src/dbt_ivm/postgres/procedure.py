@@ -15,7 +15,8 @@ then ``CALL dbt_ivm.refresh('analytics.customer_totals')``
    cannot follow fails the CALL by name, and ``dbt-ivm refresh`` re-plans and installs it anew;
 3. it counts the buffer rows since the frontier: one for orders. A TRUNCATE, a registration flagged
    for FULL, refresh_mode='full', AUTO's threshold, or a logical replication gap make it FULL;
-4. it copies that row (weight +1) into the session's pending table for orders and runs the same
+4. it copies that row (weight +1, only the columns the query reads) into the session's pending
+   table for orders, analyzes it from a small sample (`statistics`), and runs the same
    statement IMMEDIATE mode runs for changes kept over several statements (``immediate_sql``): one
    MERGE, alice's group gains 20.00 and one order — or explicit DML when the table has user triggers;
 5. it moves the frontier to its snapshot and writes the history row, counting what the stream table
@@ -77,7 +78,9 @@ class Program:
     model: str
     relation: str  # the stream table, quoted
     fingerprint: str  # the defining query's (lifecycle.fingerprint)
-    sources: list[TableInfo]  # empty: not maintainable, every refresh is FULL
+    # Each with only the columns its pending changes carry (those the query reads); empty: not
+    # maintainable, every refresh is FULL.
+    sources: list[TableInfo]
     views: list[str]  # the views the query reads, quoted
     statements: Statements | None  # None: not maintainable
     full: str  # recompute from scratch, applied as a diff

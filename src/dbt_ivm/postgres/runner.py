@@ -36,6 +36,7 @@ from dbt_ivm.keys import POSTGRES, Target
 from dbt_ivm.layout import Layout, key_never_null, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
+from dbt_ivm.plan.reads import columns_read, narrowed
 from dbt_ivm.postgres import apply as pg_apply
 from dbt_ivm.postgres import (
     auto_cost,
@@ -624,6 +625,14 @@ def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> pro
             static_full_reason=str(compiled.unsupported),
             whole_input_reason=None,
         )
+    virtual = [capture.virtual_columns(db, s) for s in sources]
+    # A batch's changes are copied, netted and analyzed with only the columns the query reads (a
+    # virtual column's expression may name any column: such a source keeps them all).
+    reads = columns_read(compiled.plan)
+    pending = [
+        s if computed else narrowed(s, reads[s.qualified])
+        for s, computed in zip(sources, virtual, strict=True)
+    ]
     statements = immediate_sql.statements(
         compiled.plan,
         compiled.layout,
@@ -631,17 +640,19 @@ def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> pro
         table,
         target,
         lambda bindings: context(compiled, bindings),
-        lambda index, source: exp.table_(immediate.pending_table(key, index, source), "pg_temp", quoted=True),
+        lambda index, _: exp.table_(
+            immediate.pending_table(key, index, pending[index]), "pg_temp", quoted=True
+        ),
         rows=exp.table_(immediate.rows_table(key, _shape(compiled)), "pg_temp", quoted=True),
         per_source=(),
     )
     return program(
-        sources=sources,
+        sources=pending,
         statements=statements,
         full=statements.full,
         static_full_reason=None,
         whole_input_reason=whole_input_reason(compiled.plan),
-        virtual=[capture.virtual_columns(db, s) for s in sources],
+        virtual=virtual,
     )
 
 

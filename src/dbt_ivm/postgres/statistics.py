@@ -3,7 +3,7 @@ small sample.
 
 The planner needs a batch's row count and the rough spread of its join keys; PostgreSQL's default
 target (100) samples 30,000 rows and builds 100-entry histograms and MCV lists for every column. For
-the 11,893 lineitem changes of a TPC-H batch (17 columns) that ANALYZE took ~45 ms, more than
+the 11,893 lineitem changes of a TPC-H batch (all 16 columns) that ANALYZE took ~45 ms, more than
 recomputing TPC-H Q19 from scratch; at target 10 (a 3,000-row sample) it takes ~13 ms and the
 distinct counts of the keys stay within a few percent. The target is set for the ANALYZE alone and
 restored: the caller's transaction keeps its own.
