@@ -281,7 +281,8 @@ def _fill_pending(catalog: str, program: Program) -> str:
         netted = netted_insert(table, source, f"SELECT {names} FROM {rows} AS r")
         parts.append(f"DELETE FROM {table}; IF {index} = ANY (__ivm_changed) THEN {netted}; END IF;")
         tables.append(table)
-    parts.append(statistics.analyze_block(tables))
+    if tables:  # ANALYZE without a table would analyze the whole database
+        parts.append(statistics.analyze_block(tables))
     return "\n    ".join(parts)
 
 

@@ -640,8 +640,9 @@ def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> pro
         table,
         target,
         lambda bindings: context(compiled, bindings),
-        lambda index, _: exp.table_(
-            immediate.pending_table(key, index, pending[index]), "pg_temp", quoted=True
+        # refresh_mode='full' reads no batch (`pending` is empty): the combined statement is never run.
+        lambda index, source: exp.table_(
+            immediate.pending_table(key, index, pending[index] if pending else source), "pg_temp", quoted=True
         ),
         rows=exp.table_(immediate.rows_table(key, _shape(compiled)), "pg_temp", quoted=True),
         per_source=(),
