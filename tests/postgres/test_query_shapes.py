@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 from dbt_ivm.errors import UnsupportedQuery
+from dbt_ivm.plan import build_plan
 from tests.postgres.streams import TWENTY_ORDERS, execute, history, refresh, refresh_and_check
 from tests.postgres.test_randomized import seeded_shop
 
@@ -292,6 +294,14 @@ def test_whole_row_references_are_refused_by_name(pg_conn: Any) -> None:
     execute(pg_conn, "UPDATE orders SET amount = 50 WHERE id = 3")
     result = refresh_and_check(pg_conn, "whole_row_auto", sql)
     assert result.action == "FULL" and "whole-row reference" in (result.reason or "")
+    # Spark's bare star inside a call is the same thing (planned alone: no Spark needed).
+    orders = TableInfo("public", "orders", (Column("id", "int"), Column("amount", "decimal(10,2)")), ("id",))
+    for spark_sql in (
+        "SELECT id, to_json(struct(*)) AS j FROM orders",
+        "SELECT id, hash(*) AS h FROM orders",
+    ):
+        with pytest.raises(UnsupportedQuery, match="whole-row reference"):
+            build_plan(spark_sql, StaticCatalog([orders]), "whole_row", dialect="spark")
 
 
 def test_columns_without_equality_are_refused_by_name(pg_conn: Any) -> None:

@@ -258,10 +258,16 @@ def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
             raise UnsupportedQuery(
                 model, f"`{excerpt(node)}`", "filter the window function's result in an outer SELECT"
             )
-        if isinstance(node, exp.TableColumn) or (
-            isinstance(node, exp.Column) and isinstance(node.this, exp.Star)
+        if (
+            isinstance(node, exp.TableColumn)
+            or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
+            or (
+                isinstance(node, exp.Star)
+                and not isinstance(node.parent, exp.Count | exp.Select | exp.Column)
+            )
         ):
-            # `to_jsonb(o)`, `row_to_json(o.*)`: a change set's row has the engine's columns, not the table's.
+            # `to_jsonb(o)`, `row_to_json(o.*)`, Spark's `struct(*)`: a change set's row has the engine's
+            # columns, not the table's.
             raise UnsupportedQuery(
                 model,
                 f"whole-row reference `{excerpt(node.parent or node)}`",
