@@ -258,16 +258,7 @@ def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
             raise UnsupportedQuery(
                 model, f"`{excerpt(node)}`", "filter the window function's result in an outer SELECT"
             )
-        if (
-            isinstance(node, exp.TableColumn)
-            or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
-            or (
-                isinstance(node, exp.Star)
-                and not isinstance(node.parent, exp.Count | exp.Select | exp.Column)
-            )
-        ):
-            # `to_jsonb(o)`, `row_to_json(o.*)`, Spark's `struct(*)`: a change set's row has the engine's
-            # columns, not the table's.
+        if _whole_row(node):
             raise UnsupportedQuery(
                 model,
                 f"whole-row reference `{excerpt(node.parent or node)}`",
@@ -279,6 +270,16 @@ def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
                     raise UnsupportedQuery(
                         model, f"`{construct}` in `{excerpt(node)}`", "keep LIMIT on the outermost SELECT"
                     )
+
+
+def _whole_row(node: exp.Expr) -> bool:
+    """`to_jsonb(o)`, `row_to_json(o.*)`, Spark's `struct(*)`: over a change set such a row would have
+    the engine's columns, not the table's. (`COUNT(*)` and a select list's star are not rows.)"""
+    if isinstance(node, exp.TableColumn):
+        return True
+    if isinstance(node, exp.Column):
+        return isinstance(node.this, exp.Star)
+    return isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count | exp.Select | exp.Column)
 
 
 def excerpt(node: exp.Expr, limit: int = 80) -> str:

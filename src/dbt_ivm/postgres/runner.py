@@ -628,11 +628,9 @@ def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> pro
     virtual = [capture.virtual_columns(db, s) for s in sources]
     # A batch's changes are copied, netted and analyzed with only the columns the query reads (a
     # virtual column's expression may name any column: such a source keeps them all).
+    computed = {s.qualified for s, expressions in zip(sources, virtual, strict=True) if expressions}
     reads = columns_read(compiled.plan)
-    pending = [
-        s if computed else narrowed(s, reads[s.qualified])
-        for s, computed in zip(sources, virtual, strict=True)
-    ]
+    pending = [s if s.qualified in computed else narrowed(s, reads[s.qualified]) for s in compiled.sources]
     statements = immediate_sql.statements(
         compiled.plan,
         compiled.layout,
@@ -640,15 +638,14 @@ def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> pro
         table,
         target,
         lambda bindings: context(compiled, bindings),
-        # refresh_mode='full' reads no batch (`pending` is empty): the combined statement is never run.
-        lambda index, source: exp.table_(
-            immediate.pending_table(key, index, pending[index] if pending else source), "pg_temp", quoted=True
+        lambda index, _: exp.table_(
+            immediate.pending_table(key, index, pending[index]), "pg_temp", quoted=True
         ),
         rows=exp.table_(immediate.rows_table(key, _shape(compiled)), "pg_temp", quoted=True),
         per_source=(),
     )
     return program(
-        sources=pending,
+        sources=pending if captured else [],
         statements=statements,
         full=statements.full,
         static_full_reason=None,
