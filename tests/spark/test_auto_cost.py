@@ -42,8 +42,8 @@ def test_auto_follows_the_refresh_history(spark: Any, spark_schema: str) -> None
     spark.sql(f"INSERT INTO {s}.orders VALUES (6,'b',60)")
     kept = refresh_and_check(spark, s, "totals", sql, "third batch", refresh_mode="differential")
     assert (kept.action, kept.reason) == ("DIFFERENTIAL", None), kept.summary()
-    # The history counts a differential refresh's net changes (in the query that counts the rows
-    # the MERGE will write).
+    # The history counts a differential refresh's net changes (observed as its change sets are
+    # pinned).
     spark.sql(f"UPDATE {s}.orders SET amount = amount + 1 WHERE id IN (1, 2)")
     spark.sql(f"DELETE FROM {s}.orders WHERE id = 3")
     counted = refresh_and_check(spark, s, "totals", sql, "fourth batch", refresh_mode="differential")

@@ -268,9 +268,9 @@ def test_the_stream_tables_own_maintenance(spark: Any, spark_schema: str, proper
 def test_writes_to_a_source_never_replan_a_refresh_s_staged_reads(spark: Any, spark_schema: str) -> None:
     """A write or REFRESH TABLE on a source, from any thread of the application, re-plans every
     cached plan that names the source (Spark's cache manager). A refresh's change set of a
-    merge-on-read source reads scan tasks staged in the driver and released when the refresh ends;
-    another thread can pick the cached plan up just before the release and re-plan it just after.
-    The cached plan must not name the source, so that neither the write nor the refresh fails."""
+    merge-on-read source reads scan tasks staged in the driver, released once the change set is
+    pinned; nothing that names the source may still need them after that, so that neither the write
+    nor the refresh fails."""
     t = f"{spark_schema}.events"
     modes = ", ".join(f"'{k}'='merge-on-read'" for k in MERGE_ON_READ)
     spark.sql(f"CREATE TABLE {t} (id int, v int) USING iceberg TBLPROPERTIES ('format-version'='2', {modes})")
@@ -283,9 +283,8 @@ def test_writes_to_a_source_never_replan_a_refresh_s_staged_reads(spark: Any, sp
             spark, (spark_schema, "events"), views.name("raw"), start, read=["id", "v"]
         )
         assert change.path == "touched_files" and change.release is not None, change
-        delta = views.cached(
-            "delta", exp.select("id", "v", WEIGHT).from_(exp.table_(str(change.view), quoted=True))
-        )
+        changes = exp.select("id", "v", WEIGHT).from_(exp.table_(str(change.view), quoted=True))
+        delta, _ = views.observed("delta", views.frame(changes), [exp.func("COUNT", exp.Star())])
         assert spark.sql(f"SELECT id, {WEIGHT} FROM {delta.sql('spark')}").collect() == [(2, -1)]
         change.release()  # the interleaving: released while the cached plan is still registered
         spark.sql(f"REFRESH TABLE {t}")

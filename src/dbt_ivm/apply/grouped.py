@@ -10,6 +10,10 @@ stored state plus the change, so each group's row is found once:
   moved nothing between groups, is not touched);
 * a group not stored yet is inserted when the change brings it rows.
 
+Where the refresh must say how many rows it inserted, updated and deleted before it merges (Spark's
+MERGE reports nothing), `classified_rows` decides it per group in the one join with the stored rows,
+and `keyed.classified_merge` applies the classified rows.
+
 A new group's values are the same expressions with every stored column read as NULL (a MERGE's
 insert cannot read the target row; each state's merge treats NULL as "no state yet"):
 
@@ -21,10 +25,13 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dbt_ivm.apply.key_span import KeySpan
+from dbt_ivm.apply.keyed import ACTION, PRESENT
 from dbt_ivm.apply.statements import STORED, delete_when, merge_into
 from dbt_ivm.delta.stream import GroupChange
-from dbt_ivm.keys import Target
-from dbt_ivm.layout import COUNT
+from dbt_ivm.delta.terms import aliased
+from dbt_ivm.keys import Target, key_hash
+from dbt_ivm.layout import COUNT, HASH
 
 CHANGE = "d"  # the change per group's alias in the MERGE
 
@@ -65,3 +72,57 @@ def group_merge(change: GroupChange, stream_table: exp.Table, target: Target) ->
         ]
     on = change.key_match(STORED, CHANGE, target)
     return merge_into(stream_table, change.delta, CHANGE, on, whens)
+
+
+def classified_rows(
+    change: GroupChange,
+    rows: exp.Expr,
+    stream_table: exp.Table,
+    target: Target,
+    span: KeySpan | None = None,
+) -> exp.Select:
+    """Each touched group's row as the change per group (`rows`, alias `CHANGE`) leaves it, with what
+    `keyed.classified_merge` must do to it (`keyed.ACTION`: 'I' a group not stored yet that gains
+    rows, 'D' a stored group whose count drops to 0, 'U' a stored group whose values change); groups
+    left as they were are left out. One look at each group's stored row, read through `span`.
+
+    A group not stored yet reads every stored column as NULL, which each state's merge takes for
+    "no state yet", as `group_merge`'s insert does.
+    """
+    layout = change.layout
+    values = change.new_values(STORED, CHANGE)
+    present = exp.column(PRESENT, STORED, quoted=True)
+    count = change.merged(STORED, CHANGE)[COUNT]
+    differs = exp.or_(
+        *[
+            exp.NullSafeNEQ(this=exp.column(n, STORED, quoted=True), expression=values[n].copy())
+            for n in layout.columns
+        ]
+    )
+    action = exp.Case()
+    if layout.key:  # a global aggregate keeps its one row, even at count 0
+        gains = exp.GT(this=count.copy(), expression=exp.Literal.number(0))
+        action = action.when(
+            exp.Is(this=present.copy(), expression=exp.null()),
+            exp.Case().when(gains, exp.Literal.string("I")),
+        )
+        action = action.when(exp.not_(gains.copy()), exp.Literal.string("D"))
+    action = action.when(differs, exp.Literal.string("U"))
+    stored = exp.select(exp.Star(), exp.alias_(exp.true(), PRESENT, quoted=True)).from_(stream_table)
+    if span is not None:
+        stored = stored.where(span.covers())
+    hashed = [key_hash([values[k] for k in layout.key])] if target.hashed(layout.key) else []
+    classified = (
+        exp.select(
+            *[exp.alias_(values[n], n, quoted=True) for n in layout.columns],
+            *[exp.alias_(h, HASH, quoted=True) for h in hashed],
+            exp.alias_(action, ACTION, quoted=True),
+        )
+        .from_(aliased(rows, CHANGE))
+        .join(aliased(stored, STORED), on=change.key_match(STORED, CHANGE, target), join_type="left")
+    )
+    return (
+        exp.select(exp.Star())
+        .from_(aliased(classified, "__ivm_classified"))
+        .where(exp.not_(exp.Is(this=exp.column(ACTION, quoted=True), expression=exp.null())))
+    )

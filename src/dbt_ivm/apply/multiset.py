@@ -98,7 +98,12 @@ def ordinal_ops(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target:
 
 def ops_counts(ops: exp.Expr) -> exp.Select:
     """How many ordinals the operations insert, and how many they delete."""
-    return exp.select(count_where(weight_is(exp.GT)), count_where(weight_is(exp.LT))).from_(ops)
+    return exp.select(*ops_count_metrics()).from_(ops)
+
+
+def ops_count_metrics() -> list[exp.Expr]:
+    """`ops_counts`' two aggregates, over the operations' unqualified columns."""
+    return [count_where(weight_is(exp.GT)), count_where(weight_is(exp.LT))]
 
 
 def same_ordinal(layout: Layout, alias: str, target: Target) -> exp.Expr:

@@ -2,9 +2,9 @@
 
 Queries and statements are the engine's sqlglot trees rendered in Spark SQL; the multiset ordinal
 expansion has a Spark form of its own (``explode(sequence)`` where PostgreSQL uses ``generate_series``
-over a LATERAL count). Rows to apply are computed once and pinned with an eager ``localCheckpoint`` so
-counting them and merging them see the same rows, computed from the stream table's state before the
-MERGE.
+over a LATERAL count). Rows to apply are computed once and pinned with an eager ``localCheckpoint``,
+counted by the same job (``observed``), so the counts and the MERGE see the same rows, computed from
+the stream table's state before the MERGE.
 """
 
 from __future__ import annotations
@@ -12,18 +12,21 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp
 
-from dbt_ivm.apply import keyed, multiset
+from dbt_ivm.apply import grouped, keyed, multiset
 from dbt_ivm.apply.key_span import KeySpan
+from dbt_ivm.delta.stream import GroupChange
 from dbt_ivm.delta.terms import aliased
 from dbt_ivm.keys import SPARK, same_values
 from dbt_ivm.layout import DUP, Layout
+from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.spark import observed
 from dbt_ivm.spark.commit import Stamp, commit_with
-from dbt_ivm.spark.iceberg import load_table, quoted_name, sql_string
+from dbt_ivm.spark.iceberg import load_table, quoted_name, sql_string, total_records
 from dbt_ivm.sqltext import WEIGHT, columns
 
 DIALECT = SPARK.dialect
@@ -40,7 +43,6 @@ class TempViews:
     spark: Any
     prefix: str = field(default_factory=lambda: f"__ivm_{uuid.uuid4().hex[:12]}")
     names: list[str] = field(default_factory=list)
-    frames: list[Any] = field(default_factory=list)  # cached DataFrames, unpersisted by drop()
     releases: list[Callable[[], None]] = field(default_factory=list)  # run by drop(), after the views
 
     def on_drop(self, release: Callable[[], None]) -> None:
@@ -54,21 +56,19 @@ class TempViews:
 
     def pinned(self, purpose: str, query: exp.Query | str) -> exp.Table:
         """Compute `query` (or its Spark SQL text) now and keep its rows as a temp view."""
-        view = self.name(purpose)
-        self.spark.sql(query if isinstance(query, str) else query.sql(DIALECT)).localCheckpoint(
-            eager=True
-        ).createOrReplaceTempView(view)
-        return exp.table_(view, quoted=True)
+        return self.observed(purpose, self.frame(query), ())[0]
 
-    def cached(self, purpose: str, query: exp.Query) -> exp.Table:
-        """A temp view of `query` whose rows are kept once first computed: no job now, and the query
-        that first reads it computes it within its own job (a change set read by one term costs
-        nothing extra; one read by several is computed once)."""
+    def frame(self, query: exp.Query | str) -> Any:
+        """`query` (or its Spark SQL text) as a DataFrame: analyzed, not computed."""
+        return self.spark.sql(query if isinstance(query, str) else query.sql(DIALECT))
+
+    def observed(
+        self, purpose: str, frame: Any, metrics: Sequence[exp.Expr]
+    ) -> tuple[exp.Table, tuple[Any, ...]]:
+        """Pin `frame` (see `pinned`) and return, besides its view, `metrics` (aggregates over its
+        columns) as the same job computed them over its rows (``observed``)."""
         view = self.name(purpose)
-        frame = self.spark.sql(query.sql(DIALECT)).persist()
-        self.frames.append(frame)
-        frame.createOrReplaceTempView(view)
-        return exp.table_(view, quoted=True)
+        return exp.table_(view, quoted=True), observed.pin(frame, view, metrics)
 
     def view(self, purpose: str, spark_select: str) -> exp.Table:
         """A temp view of a SELECT in Spark SQL text (the user's query, when the engine cannot plan it)."""
@@ -80,9 +80,6 @@ class TempViews:
         for view in self.names:
             self.spark.catalog.dropTempView(view)
         self.names.clear()
-        for frame in self.frames:
-            frame.unpersist()
-        self.frames.clear()
         for release in self.releases:
             release()
         self.releases.clear()
@@ -128,8 +125,8 @@ def create_table(
         f"CREATE TABLE {relation.sql(DIALECT)} USING iceberg "
         f"TBLPROPERTIES ({table_properties(properties or {})}) AS {select.sql(DIALECT)}"
     )
-    commit_with(spark, table, stamp, lambda: spark.sql(create))
-    return count_rows(spark, relation)
+    snapshot_id = commit_with(spark, table, stamp, lambda: spark.sql(create))
+    return total_records(spark, table, snapshot_id)  # the commit's summary counts them: no job
 
 
 # Properties Iceberg keeps whatever the config says (unsetting them is refused or meaningless).
@@ -152,20 +149,6 @@ def sync_properties(
         spark.sql(f"ALTER TABLE {quoted_name(table)} UNSET TBLPROPERTIES IF EXISTS ({listed})")
 
 
-def count_rows(spark: Any, *relations: exp.Expr) -> int:
-    """The rows of all `relations`, counted in one job."""
-    return int(spark.sql(rows_in(relations).sql(DIALECT)).collect()[0][0] or 0)
-
-
-def rows_in(relations: tuple[exp.Expr, ...]) -> exp.Select:
-    """A one-value query: how many rows `relations` hold together."""
-    counts = [exp.select(exp.alias_(exp.func("COUNT", exp.Star()), "n")).from_(r.copy()) for r in relations]
-    union: exp.Query = counts[0]
-    for count in counts[1:]:
-        union = exp.union(union, count, distinct=False)
-    return exp.select(exp.func("SUM", exp.column("n"))).from_(union.subquery("counts"))
-
-
 @dataclass
 class Prepared:
     """A row delta ready to MERGE: what it will do, and the statement that does it."""
@@ -175,7 +158,6 @@ class Prepared:
     deleted: int
     merge: str  # Spark SQL
     violations: int = 0  # rows showing that a source's declared key is not unique (keyed layouts)
-    also_counted: int = 0  # the rows of `prepare`'s `also_count` relations
 
     @property
     def changes_anything(self) -> bool:
@@ -187,42 +169,63 @@ def prepare(
     views: TempViews,
     table: exp.Table,
     layout: Layout,
-    delta: exp.Query,
-    also_count: tuple[exp.Expr, ...] = (),
+    delta: exp.Query | GroupChange,
     narrow: bool = False,
 ) -> Prepared:
-    """Pin the rows a row delta (layout columns + weight) will write; count them, and in the same
-    query the rows of `also_count` (the batch's change sets, for the history).
+    """Pin the rows a row delta (layout columns + weight) will write, counting them as they are pinned;
+    a stored aggregate's batch comes as its change per group instead (`prepare_grouped`).
 
     `narrow` (a batch, not a FULL refresh's whole table): read the stored rows through the span of
     the key the batch touches (`KeySpan`), so Iceberg skips the files outside it."""
+    if isinstance(delta, GroupChange):
+        return prepare_grouped(views, table, delta)
     if layout.kind == "multiset":
         summed = views.pinned("summed", multiset.summed_rows(layout, delta, SPARK))
-        ops = views.pinned("ops", ordinal_ops(layout, summed, table))
-        row = _counted(spark, multiset.ops_counts(ops), also_count)
+        ops_frame = views.frame(ordinal_ops(layout, summed, table))
+        ops, (inserted, deleted) = views.observed("ops", ops_frame, multiset.ops_count_metrics())
         merge = multiset.merge(layout, ops, table, SPARK).sql(DIALECT)
-        return Prepared(int(row[0]), 0, int(row[1]), merge, also_counted=int(row[-1] or 0))
+        return Prepared(int(inserted), 0, int(deleted), merge)
     # Nothing enforces a key on Spark: rows keyed by source keys check that those are unique.
     checked = layout.kind == "keyed"
     consolidated = keyed.consolidated_rows(layout, delta, SPARK, checked)
     to_classify: exp.Expr = consolidated
     span = None
     if narrow and layout.key:
-        pinned = views.pinned("consolidated", consolidated)  # read by the span, then classified
-        to_classify, span = pinned, key_span(spark, pinned, layout.key[0])
-    rows = views.pinned("rows", keyed.classified_rows(layout, to_classify, table, SPARK, checked, span))
-    action = exp.column(keyed.ACTION, quoted=True)
-    counts = exp.select(
-        *[
-            exp.CountIf(this=exp.EQ(this=action.copy(), expression=exp.Literal.string(a)))
-            for a in ("I", "U", "D", keyed.VIOLATES)
-        ]
-    ).from_(rows)
-    found = _counted(spark, counts, also_count)
+        frame = views.frame(consolidated)
+        probe = SpanProbe.of(frame, layout.key[0])
+        # Pinned: read for the classification, and its key's span observed while it is computed.
+        to_classify, values = views.observed("consolidated", frame, probe.metrics if probe else ())
+        span = probe.span(values) if probe else None
+    classified = views.frame(keyed.classified_rows(layout, to_classify, table, SPARK, checked, span))
+    rows, found = views.observed("rows", classified, _tallies())
     merge = keyed.classified_merge(layout, rows, table, SPARK, span).sql(DIALECT)
-    return Prepared(
-        int(found[0]), int(found[1]), int(found[2]), merge, int(found[3]), also_counted=int(found[-1] or 0)
-    )
+    return Prepared(int(found[0]), int(found[1]), int(found[2]), merge, int(found[3]))
+
+
+def prepare_grouped(views: TempViews, table: exp.Table, change: GroupChange) -> Prepared:
+    """A stored aggregate's batch: its change per group pinned (the span of its groups' keys observed
+    meanwhile), then each touched group's new row classified against its stored one (counted as it is
+    pinned): one look at the stored groups, no row delta to consolidate."""
+    layout = change.layout
+    frame = views.frame(change.delta)
+    probe = SpanProbe.of(frame, group_placeholder(0)) if layout.key else None
+    pinned, values = views.observed("change", frame, probe.metrics if probe else ())
+    span = probe.span(values) if probe else None
+    if span is not None:  # the groups' keys are stored under the layout's key names
+        span = replace(span, column=layout.key[0])
+    classified = views.frame(grouped.classified_rows(change, pinned, table, SPARK, span))
+    rows, found = views.observed("rows", classified, _tallies())
+    merge = keyed.classified_merge(layout, rows, table, SPARK, span).sql(DIALECT)
+    return Prepared(int(found[0]), int(found[1]), int(found[2]), merge)
+
+
+def _tallies() -> list[exp.Expr]:
+    """How many classified rows insert, update, delete, and show a repeated key (`keyed.ACTION`)."""
+    action = exp.column(keyed.ACTION, quoted=True)
+    return [
+        exp.CountIf(this=exp.EQ(this=action.copy(), expression=exp.Literal.string(a)))
+        for a in ("I", "U", "D", keyed.VIOLATES)
+    ]
 
 
 # Types whose values survive a round trip through their string form (a timestamp's, through its
@@ -231,40 +234,49 @@ def prepare(
 SPANNED_TYPES = re.compile(r"(tiny|small|big)?int|decimal\(\d+,\d+\)|string|date|timestamp(_ntz)?")
 
 
-def key_span(spark: Any, rows: exp.Table, column: str) -> KeySpan | None:
-    """The span of `column` among `rows` (a pinned view), in one job; None when its type has no
-    span (`SPANNED_TYPES`) or no row has a value."""
-    type_name = spark.table(bt(rows.name)).schema[column].dataType.simpleString()
-    if not SPANNED_TYPES.fullmatch(type_name):
-        return None
-    key = exp.column(column, quoted=True)
-    instant = type_name == "timestamp"
+@dataclass(frozen=True)
+class SpanProbe:
+    """How to learn the `KeySpan` of `column` (of Spark type `type_name`) from rows being pinned:
+    `metrics` to observe over them, `span` to read the values observed."""
 
-    def shown(value: exp.Expr) -> exp.Expr:
-        carried = exp.Anonymous(this="unix_micros", expressions=[value]) if instant else value
-        return exp.cast(carried, exp.DataType.build("string"))
+    column: str
+    type_name: str
 
-    def read(value: str) -> exp.Expr:
-        if instant:
+    @classmethod
+    def of(cls, frame: Any, column: str) -> SpanProbe | None:
+        """The probe of `frame`'s `column`; None when its type has no span (`SPANNED_TYPES`)."""
+        type_name = frame.schema[column].dataType.simpleString()
+        return cls(column, type_name) if SPANNED_TYPES.fullmatch(type_name) else None
+
+    @property
+    def instant(self) -> bool:
+        return self.type_name == "timestamp"
+
+    @property
+    def metrics(self) -> list[exp.Expr]:
+        key = exp.column(self.column, quoted=True)
+
+        def shown(value: exp.Expr) -> exp.Expr:
+            carried = exp.Anonymous(this="unix_micros", expressions=[value]) if self.instant else value
+            return exp.cast(carried, exp.DataType.build("string"))
+
+        return [
+            shown(exp.Min(this=key.copy())),
+            shown(exp.Max(this=key.copy())),
+            exp.CountIf(this=exp.Is(this=key.copy(), expression=exp.null())),
+        ]
+
+    def span(self, values: Sequence[Any]) -> KeySpan | None:
+        """The span the observed `values` describe; None when no row has a value."""
+        low, high, nulls = values
+        if low is None:
+            return None
+        return KeySpan(self.column, self._read(low), self._read(high), holds_null=bool(nulls))
+
+    def _read(self, value: str) -> exp.Expr:
+        if self.instant:
             return exp.Anonymous(this="timestamp_micros", expressions=[exp.Literal.number(value)])
-        return exp.cast(exp.Literal.string(value), exp.DataType.build(type_name, dialect=DIALECT))
-
-    query = exp.select(
-        shown(exp.Min(this=key.copy())),
-        shown(exp.Max(this=key.copy())),
-        exp.CountIf(this=exp.Is(this=key.copy(), expression=exp.null())),
-    ).from_(rows)
-    low, high, nulls = spark.sql(query.sql(DIALECT)).collect()[0]
-    if low is None:
-        return None
-    return KeySpan(column, read(low), read(high), holds_null=bool(nulls))
-
-
-def _counted(spark: Any, counts: exp.Select, also_count: tuple[exp.Expr, ...]) -> Any:
-    """The one row of `counts`, its last value the rows of `also_count` (0 when none): one call, not
-    one per count."""
-    extra = exp.Subquery(this=rows_in(also_count)) if also_count else exp.Literal.number(0)
-    return spark.sql(counts.select(extra).sql(DIALECT)).collect()[0]
+        return exp.cast(exp.Literal.string(value), exp.DataType.build(self.type_name, dialect=DIALECT))
 
 
 def ordinal_ops(layout: Layout, summed: exp.Expr, stream_table: exp.Table) -> exp.Select:

@@ -16,11 +16,10 @@ from dbt_ivm.spec import StreamTableSpec
 
 def choose(
     spark: Any, spec: StreamTableSpec, stream_table: str, batch: source_changes.Batch
-) -> tuple[cost.Choice, int] | None:
-    """DIFFERENTIAL or FULL for the bound `batch`, and its net changes (counted now, over the change
-    sets the refresh computes anyway); None when history cannot tell yet."""
+) -> cost.Choice | None:
+    """DIFFERENTIAL or FULL for the bound `batch` (its net changes counted as its change sets were
+    pinned); None when history cannot tell yet."""
     history = registry.recent_refreshes(spark, spec.catalog_schema, stream_table)
     if not cost.history_decides(history):
         return None
-    changes = source_changes.changes_in(spark, batch)
-    return cost.choose(changes, history), changes
+    return cost.choose(batch.changes_read, history)

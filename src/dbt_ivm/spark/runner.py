@@ -423,9 +423,8 @@ def _refresh(
         return result
     _kill_point("before_changes")
     changes = 0
-    counted = False  # whether `changes` already holds the batch's net changes
     differential_reason: str | None = None  # slow paths taken, AUTO's numbers
-    delta: exp.Query | None = None
+    delta: exp.Query | stream.GroupChange | None = None
     batch: source_changes.Batch | None = None
     if reason is None:
         assert compiled.plan is not None and compiled.layout is not None and frontier is not None
@@ -437,14 +436,12 @@ def _refresh(
             # A column the query reads changed type: the stored columns may have to change with it.
             return _build(backend, sql, "REBUILD", reason, started)
         differential_reason = "; ".join(batch.slow_paths) or None
-        weighed = (
+        choice = (
             auto_cost.choose(spark, spec, _key(spec), batch)
             if reason is None and spec.refresh_mode == "auto"
             else None
         )
-        if weighed is not None:
-            choice, changes = weighed
-            counted = True
+        if choice is not None:
             if choice.action == "FULL":
                 reason = choice.reason
             else:
@@ -454,7 +451,10 @@ def _refresh(
                 bindings, before=_before_bindings(views, changed, frontier, bindings.current, compiled.reads)
             )
             context = _context(compiled, bindings, views)
-            delta = stream.row_delta(compiled.plan, compiled.layout, context, _table(spec), SPARK)
+            # A stored aggregate applies its change per group; any other plan, its row delta.
+            delta = stream.group_change(compiled.plan, compiled.layout, context) or stream.row_delta(
+                compiled.plan, compiled.layout, context, _table(spec), SPARK
+            )
     if reason is None:
         assert compiled.layout is not None
         result = RefreshResult(action="DIFFERENTIAL", reason=differential_reason)
@@ -467,12 +467,8 @@ def _refresh(
     if delta is None:  # no changed source reaches the result
         stamp_without_data(spark, _parts(spec), new_stamp)
     else:
-        # The change sets are counted for the history in the same query as the rows to write.
-        also_count = batch.deltas if result.action == "DIFFERENTIAL" and batch and not counted else ()
         narrow = result.action == "DIFFERENTIAL"
-        prepared = spark_apply.prepare(spark, views, _table(spec), layout, delta, also_count, narrow)
-        if also_count:
-            changes, counted = prepared.also_counted, True
+        prepared = spark_apply.prepare(spark, views, _table(spec), layout, delta, narrow)
         if prepared.violations:
             why = _refuse_repeated_key(backend, compiled, ends, drop=False)
             return _build(backend, sql, "REBUILD", why, started)
@@ -482,8 +478,6 @@ def _refresh(
             prepared.deleted,
         )
         _commit(spark, spec, prepared, new_stamp)
-    if result.action == "DIFFERENTIAL" and batch is not None and not counted:
-        changes = source_changes.changes_in(spark, batch)  # no row delta was prepared
     lifecycle.record(backend, result, changes, started)
     _kill_point("after_history")
     return result

@@ -2,8 +2,8 @@
 
 For every source whose snapshot moved, the raw changes between the frontier snapshot and the batch's
 end snapshot (``changelog.create_change_view``) are compacted into their net effect, carried-over
-rows cancelled (``compacted``), computed once and kept (``TempViews.pinned``), and bound as the
-source's delta. Anything that makes the batch unreadable — an expired start snapshot, a changed
+rows cancelled (``compacted``), computed once and kept (``TempViews.observed``: the same job counts
+them, for the threshold, AUTO and the history), and bound as the source's delta. Anything that makes the batch unreadable — an expired start snapshot, a changed
 schema, too many changes for ``full_refresh_threshold`` — becomes the reason for a FULL refresh.
 
 AUTO mode also weighs what reading the changes would cost before reading them: a copy-on-write
@@ -23,7 +23,7 @@ from sqlglot import exp
 from dbt_ivm.delta.compact import compacted
 from dbt_ivm.delta.terms import Bindings
 from dbt_ivm.reserved import internal_columns
-from dbt_ivm.spark.apply import TempViews, count_rows
+from dbt_ivm.spark.apply import TempViews
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable, incomparable_columns
 from dbt_ivm.spark.changelog import create_change_view
 from dbt_ivm.spark.iceberg import total_records
@@ -36,15 +36,9 @@ MIN_IMAGES_WORTH_WEIGHING = 1_000_000
 @dataclass(frozen=True)
 class Batch:
     full_reason: str | None  # None: every changed source is bound in the bindings' deltas
-    changes_read: int  # counted so far (a FULL decision); the rest: `changes_in` once the refresh ran
+    changes_read: int  # the net changes of the change sets bound (so far, when full_reason is set)
     slow_paths: tuple[str, ...] = ()  # sources read by a snapshot diff, and why (the refresh's reason)
-    deltas: tuple[exp.Table, ...] = ()
     rebuild: bool = False  # full_reason calls for building the table anew (a source's columns changed)
-
-
-def changes_in(spark: Any, batch: Batch) -> int:
-    """The net changes the batch bound, counted in one job over the kept change sets."""
-    return count_rows(spark, *batch.deltas) if batch.deltas else 0
 
 
 def bind(
@@ -61,7 +55,6 @@ def bind(
     each source the plan reads (``columns_read``), the only ones its change set carries."""
     total = 0
     slow_paths: list[str] = []
-    deltas: list[exp.Table] = []
     for index, source in enumerate(changed):
         name = source.info.qualified
         table = (source.info.schema, source.info.name)
@@ -103,22 +96,19 @@ def bind(
             exp.table_(change.view, quoted=True)
         )
         image = _json_image(names) if incomparable else None
-        delta = views.cached(f"delta{index}", compacted(raw, names, image))
-        deltas.append(delta)
+        frame = views.frame(compacted(raw, names, image))
+        delta, (count,) = views.observed(f"delta{index}", frame, [exp.func("COUNT", exp.Star())])
+        if change.release is not None:
+            change.release()  # pinned: the staged scan tasks are read
         bindings.delta[name] = delta
-        # The row images read bound the net changes from above: count only when they could exceed
-        # the threshold (a snapshot diff's are not known).
-        may_exceed = change.path == "snapshot_diff" or change.row_images > spec.full_refresh_threshold * size
-        if size > 0 and may_exceed:
-            count = count_rows(spark, delta)
-            total += count
-            if count > spec.full_refresh_threshold * size:
-                return Batch(
-                    f"{count} changes to {name} exceed full_refresh_threshold="
-                    f"{spec.full_refresh_threshold} of its {size} rows",
-                    total,
-                )
-    return Batch(None, total, tuple(slow_paths), tuple(deltas))
+        total += int(count)
+        if size > 0 and count > spec.full_refresh_threshold * size:
+            return Batch(
+                f"{count} changes to {name} exceed full_refresh_threshold="
+                f"{spec.full_refresh_threshold} of its {size} rows",
+                total,
+            )
+    return Batch(None, total, tuple(slow_paths))
 
 
 def _json_image(names: list[str]) -> exp.Expr:
