@@ -1,5 +1,6 @@
 """What a Spark refresh learns without a query of its own: counts and key spans observed while the
-rows are pinned (`observed`). They must answer exactly what a query of its own would."""
+rows are pinned (`observed`), and the registry and history read once per snapshot of their tables
+(`snapshot_cache`). Each must answer exactly what a query of its own would."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from dbt_ivm.spark import observed
+from dbt_ivm.spark import observed, registry
 from dbt_ivm.spark.apply import TempViews
+from tests.spark.oracle import make_spec, refresh_and_check
 
 pytestmark = pytest.mark.spark
 
@@ -46,3 +48,49 @@ def test_metrics_that_never_arrive_are_computed_from_the_pinned_rows(
         assert values == (4, 10, 4)
     finally:
         views.drop()
+
+
+def test_registrations_follow_writes_from_anywhere(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.orders (id int, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 10)")
+    sql = f"SELECT id, amount FROM {s}.orders"
+    catalog = make_spec(s, "copy", sql).catalog_schema
+    refresh_and_check(spark, s, "copy", sql, "create")
+    found = registry.lookup(spark, catalog, f"{s}.copy")
+    assert found is not None and found.refresh_mode == "auto"
+    found.sources.append("changed by the caller")  # a copy: the registry's own is untouched
+    assert registry.lookup(spark, catalog, f"{s}.copy").sources == [f"{s}.orders"]  # type: ignore[union-attr]
+    # Written by SQL, as another process would: the next lookup reads the new snapshot.
+    spark.sql(f"UPDATE {catalog}.stream_tables SET refresh_mode = 'full' WHERE stream_table = '{s}.copy'")
+    assert registry.lookup(spark, catalog, f"{s}.copy").refresh_mode == "full"  # type: ignore[union-attr]
+    spark.sql(f"DELETE FROM {catalog}.stream_tables WHERE stream_table = '{s}.copy'")
+    assert registry.lookup(spark, catalog, f"{s}.copy") is None
+
+
+def test_recent_refreshes_match_the_history_table(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 'a', 10), (2, 'b', 20)")
+    sql = f"SELECT customer, SUM(amount) AS total FROM {s}.orders GROUP BY customer"
+    catalog = make_spec(s, "totals", sql).catalog_schema
+    name = f"{s}.totals"
+
+    def fresh() -> list[Any]:
+        registry._RECENT.forget()
+        return registry.recent_refreshes(spark, catalog, name)
+
+    refresh_and_check(spark, s, "totals", sql, "create")
+    for step in range(3):
+        spark.sql(f"INSERT INTO {s}.orders VALUES ({10 + step}, 'c', {step})")
+        refresh_and_check(spark, s, "totals", sql, f"batch {step}")
+        refresh_and_check(spark, s, "totals", sql, f"nothing new {step}")  # a SKIP: not weighed
+        kept = registry.recent_refreshes(spark, catalog, name)
+        assert kept == fresh() and [r.action for r in kept] == ["DIFFERENTIAL"] * (step + 1) + ["CREATE"]
+    # A row another process appended is read, not missed.
+    spark.sql(
+        f"INSERT INTO {catalog}.refresh_history VALUES (9000000000000000, '{name}', 'FULL', 0, 0, 0, 0, "
+        "1.5, 'OK', NULL, NULL, 'elsewhere', current_timestamp(), current_timestamp(), NULL)"
+    )
+    newest = registry.recent_refreshes(spark, catalog, name)
+    assert newest[0].action == "FULL" and newest[0].seconds == 1.5 and newest == fresh()

@@ -6,7 +6,9 @@ stream table's own commits (see ``commit``), so data and frontier cannot drift a
 
 Rows are written whole from a DataFrame (no hand-escaped literals). The registry uses merge-on-read
 deletes and snapshot isolation so refreshes of different stream tables can commit concurrently;
-a commit that still conflicts is retried.
+a commit that still conflicts is retried. A refresh reads its registration and AUTO's recent
+refreshes from what this process last read of each table, while that table's snapshot is current
+(``snapshot_cache``): a dbt run or a PySpark loop reads each table once, not once per refresh.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
 from dbt_ivm.cost import RECENT, PastRefresh
+from dbt_ivm.spark.snapshot_cache import SnapshotCache
 
 REGISTRY_PROPERTIES = (
     "'format-version'='2', 'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
@@ -113,20 +116,32 @@ def _retry(action: Callable[[], T], attempts: int = 5) -> T:
     raise AssertionError("unreachable")
 
 
-def _refresh(spark: Any, name: str) -> None:
-    """Drop cached Iceberg metadata: another process may have committed since this session looked."""
-    spark.sql(f"REFRESH TABLE {name}")
+# Every registration, and every stream table's recent refreshes, as of the registry tables' current
+# snapshots: one Spark job when a table changed, none while it did not (`SnapshotCache`).
+_REGISTRATIONS: SnapshotCache[dict[str, Registration]] = SnapshotCache()
+_RECENT: SnapshotCache[dict[str, list[PastRefresh]]] = SnapshotCache()
+# What a refresh did that AUTO weighs (`recent_refreshes`): a successful refresh that did work.
+WEIGHED_ACTIONS = ("DIFFERENTIAL", "FULL", "CREATE", "REBUILD")
+
+
+def _as_of(relation: str, snapshot_id: int | None) -> str:
+    """The registry table `relation` as of a snapshot (None: it has none yet)."""
+    return relation if snapshot_id is None else f"{relation} VERSION AS OF {int(snapshot_id)}"
 
 
 def lookup(spark: Any, catalog: str, stream_table: str) -> Registration | None:
-    relation = table(catalog, "stream_tables")
-    _refresh(spark, relation)
-    rows = spark.table(relation).where(f"stream_table = '{_escape(stream_table)}'").collect()
-    if not rows:
-        return None
-    values = rows[0].asDict()
-    values["sources"] = list(values["sources"] or [])
-    return Registration(**values)
+    def read(snapshot_id: int | None) -> dict[str, Registration]:
+        rows = spark.sql(f"SELECT * FROM {_as_of(table(catalog, 'stream_tables'), snapshot_id)}").collect()
+        found = {}
+        for row in rows:
+            values = row.asDict()
+            values["sources"] = list(values["sources"] or [])
+            found[values["stream_table"]] = Registration(**values)
+        return found
+
+    found = _REGISTRATIONS.get(spark, (catalog, "stream_tables"), read).get(stream_table)
+    # A copy: the caller may change it (a rebuild keeps the old creation time on a new one).
+    return None if found is None else replace(found, sources=list(found.sources))
 
 
 def _escape(text: str) -> str:
@@ -193,24 +208,37 @@ def record(spark: Any, catalog: str, stream_table: str, values: dict[str, Any]) 
     if row["duration_seconds"] is not None:
         row["duration_seconds"] = float(row["duration_seconds"])
     frame = spark.createDataFrame([row], schema=HISTORY_COLUMNS)
-    _retry(lambda: frame.writeTo(table(catalog, "refresh_history")).append())
+    history = (catalog, "refresh_history")
+
+    def kept(recent: dict[str, list[PastRefresh]]) -> None:
+        if row["status"] == "OK" and row["duration_seconds"] is not None and row["action"] in WEIGHED_ACTIONS:
+            past = PastRefresh(row["action"], row["duration_seconds"], row["changes_read"])
+            recent[stream_table] = [past, *recent.get(stream_table, [])][:RECENT]
+
+    def append() -> None:
+        frame.writeTo(table(catalog, "refresh_history")).append()
+        _RECENT.after_commit(spark, history, kept)
+
+    _retry(append)
     return refresh_id
 
 
 def recent_refreshes(spark: Any, catalog: str, stream_table: str) -> list[PastRefresh]:
     """The stream table's most recent successful refreshes that did work (SKIP aside), newest first:
     AUTO's measured evidence (dbt_ivm.cost)."""
-    relation = table(catalog, "refresh_history")
-    _refresh(spark, relation)
-    rows = (
-        spark.table(relation)
-        .where(
-            f"stream_table = '{_escape(stream_table)}' AND status = 'OK' AND duration_seconds IS NOT NULL "
-            "AND action IN ('DIFFERENTIAL', 'FULL', 'CREATE', 'REBUILD')"
-        )
-        .orderBy("refresh_id", ascending=False)
-        .limit(RECENT)
-        .select("action", "duration_seconds", "changes_read")
-        .collect()
-    )
-    return [PastRefresh(r[0], float(r[1]), int(r[2] or 0)) for r in rows]
+
+    def read(snapshot_id: int | None) -> dict[str, list[PastRefresh]]:
+        newest = "row_number() OVER (PARTITION BY stream_table ORDER BY refresh_id DESC)"
+        actions = ", ".join(f"'{a}'" for a in WEIGHED_ACTIONS)
+        rows = spark.sql(
+            f"SELECT stream_table, action, duration_seconds, changes_read FROM ("
+            f"SELECT *, {newest} AS newest FROM {_as_of(table(catalog, 'refresh_history'), snapshot_id)} "
+            f"WHERE status = 'OK' AND duration_seconds IS NOT NULL AND action IN ({actions})"
+            f") WHERE newest <= {RECENT} ORDER BY stream_table, newest"
+        ).collect()
+        found: dict[str, list[PastRefresh]] = {}
+        for name, action, seconds, changes in rows:
+            found.setdefault(name, []).append(PastRefresh(action, float(seconds), int(changes or 0)))
+        return found
+
+    return list(_RECENT.get(spark, (catalog, "refresh_history"), read).get(stream_table, []))
