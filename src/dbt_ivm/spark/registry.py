@@ -144,6 +144,15 @@ def lookup(spark: Any, catalog: str, stream_table: str) -> Registration | None:
     return None if found is None else replace(found, sources=list(found.sources))
 
 
+def _one_row(spark: Any, values: dict[str, Any], columns: str) -> Any:
+    """A one-row DataFrame of `values` with the table's `columns` ("name type, ..."), built from
+    literals in the JVM: no Python worker (createDataFrame's rows go through one), on any cluster."""
+    from pyspark.sql import functions as F
+
+    typed = [column.strip().split(" ", 1) for column in columns.split(",")]
+    return spark.range(1).select(*[F.lit(values[name]).cast(kind).alias(name) for name, kind in typed])
+
+
 def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("'", "\\'")
 
@@ -151,7 +160,7 @@ def _escape(text: str) -> str:
 def save(spark: Any, catalog: str, registration: Registration) -> None:
     """Insert or replace one registration (a single Iceberg commit)."""
     relation = table(catalog, "stream_tables")
-    frame = spark.createDataFrame([asdict(registration)], schema=STREAM_TABLES_COLUMNS)
+    frame = _one_row(spark, asdict(registration), STREAM_TABLES_COLUMNS)
     view = f"__ivm_registration_{abs(hash((registration.stream_table, time.monotonic_ns())))}"
     frame.createOrReplaceTempView(view)
     try:
@@ -207,7 +216,7 @@ def record(spark: Any, catalog: str, stream_table: str, values: dict[str, Any]) 
         row[count] = int(row[count])
     if row["duration_seconds"] is not None:
         row["duration_seconds"] = float(row["duration_seconds"])
-    frame = spark.createDataFrame([row], schema=HISTORY_COLUMNS)
+    frame = _one_row(spark, row, HISTORY_COLUMNS)
     history = (catalog, "refresh_history")
 
     def kept(recent: dict[str, list[PastRefresh]]) -> None:
