@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from dbt_ivm.apply.key_span import KeySpan
-from dbt_ivm.spark.apply import DIALECT, SpanProbe, TempViews
+from dbt_ivm.spark.apply import DIALECT, SpanProbe, TempViews, pinned_with_span
 from dbt_ivm.spark.runner import run_stream_table
 from tests.spark.oracle import assert_matches_query, make_spec, refresh_and_check
 
@@ -46,23 +45,13 @@ KEYS = {
 }
 
 
-def pinned_with_span(views: TempViews, query: str) -> tuple[Any, KeySpan | None]:
-    """The rows of `query` pinned, and the span of their column `k` observed as a refresh does."""
-    frame = views.frame(query)
-    probe = SpanProbe.of(frame, "k")
-    assert probe is not None
-    rows, values = views.observed("keys", frame, probe.metrics)
-    return rows, probe.span(values)
-
-
 @pytest.mark.parametrize("key_type", list(KEYS))
 def test_the_span_covers_every_key_and_no_more(spark: Any, key_type: str) -> None:
     views = TempViews(spark)
     try:
         with session_conf(spark, spark_sql_session_timeZone="America/New_York"):
-            rows, span = pinned_with_span(
-                views, f"SELECT CAST(k AS {key_type}) AS k FROM VALUES {KEYS[key_type]} AS v(k)"
-            )
+            query = f"SELECT CAST(k AS {key_type}) AS k FROM VALUES {KEYS[key_type]} AS v(k)"
+            rows, span = pinned_with_span(views, "keys", views.frame(query), "k")
             assert span is not None
             relation = rows.sql(DIALECT)
             bounds = f"min(k) = {span.low.sql(DIALECT)} AND max(k) = {span.high.sql(DIALECT)}"

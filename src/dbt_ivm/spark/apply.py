@@ -165,7 +165,6 @@ class Prepared:
 
 
 def prepare(
-    spark: Any,
     views: TempViews,
     table: exp.Table,
     layout: Layout,
@@ -191,11 +190,7 @@ def prepare(
     to_classify: exp.Expr = consolidated
     span = None
     if narrow and layout.key:
-        frame = views.frame(consolidated)
-        probe = SpanProbe.of(frame, layout.key[0])
-        # Pinned: read for the classification, and its key's span observed while it is computed.
-        to_classify, values = views.observed("consolidated", frame, probe.metrics if probe else ())
-        span = probe.span(values) if probe else None
+        to_classify, span = pinned_with_span(views, "consolidated", views.frame(consolidated), layout.key[0])
     classified = views.frame(keyed.classified_rows(layout, to_classify, table, SPARK, checked, span))
     rows, found = views.observed("rows", classified, _tallies())
     merge = keyed.classified_merge(layout, rows, table, SPARK, span).sql(DIALECT)
@@ -208,9 +203,10 @@ def prepare_grouped(views: TempViews, table: exp.Table, change: GroupChange) -> 
     pinned): one look at the stored groups, no row delta to consolidate."""
     layout = change.layout
     frame = views.frame(change.delta)
-    probe = SpanProbe.of(frame, group_placeholder(0)) if layout.key else None
-    pinned, values = views.observed("change", frame, probe.metrics if probe else ())
-    span = probe.span(values) if probe else None
+    if not layout.key:  # one row, no span
+        pinned, span = views.observed("change", frame, ())[0], None
+    else:
+        pinned, span = pinned_with_span(views, "change", frame, group_placeholder(0))
     if span is not None:  # the groups' keys are stored under the layout's key names
         span = replace(span, column=layout.key[0])
     classified = views.frame(grouped.classified_rows(change, pinned, table, SPARK, span))
@@ -226,6 +222,16 @@ def _tallies() -> list[exp.Expr]:
         exp.CountIf(this=exp.EQ(this=action.copy(), expression=exp.Literal.string(a)))
         for a in ("I", "U", "D", keyed.VIOLATES)
     ]
+
+
+def pinned_with_span(
+    views: TempViews, purpose: str, frame: Any, column: str
+) -> tuple[exp.Table, KeySpan | None]:
+    """Pin `frame`, observing meanwhile the span of its `column` (None: the column's type has no span,
+    or no row has a value)."""
+    probe = SpanProbe.of(frame, column)
+    pinned, values = views.observed(purpose, frame, probe.metrics if probe else ())
+    return pinned, probe.span(values) if probe else None
 
 
 # Types whose values survive a round trip through their string form (a timestamp's, through its

@@ -468,7 +468,7 @@ def _refresh(
         stamp_without_data(spark, _parts(spec), new_stamp)
     else:
         narrow = result.action == "DIFFERENTIAL"
-        prepared = spark_apply.prepare(spark, views, _table(spec), layout, delta, narrow)
+        prepared = spark_apply.prepare(views, _table(spec), layout, delta, narrow)
         if prepared.violations:
             why = _refuse_repeated_key(backend, compiled, ends, drop=False)
             return _build(backend, sql, "REBUILD", why, started)
