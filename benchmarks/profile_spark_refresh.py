@@ -2,6 +2,7 @@
 
     python benchmarks/profile_spark_refresh.py              # 3 repeats of each case
     python benchmarks/profile_spark_refresh.py --jobs       # also list every job of the last repeat
+    python benchmarks/profile_spark_refresh.py --mode auto  # as dbt runs by default (AUTO weighs)
 
 An embedded Spark + Iceberg session holds `orders` (10,000 rows, keyed by `id`) in copy-on-write and
 in merge-on-read form, with three stream tables over each: an aggregate, a keyed projection and a
@@ -78,6 +79,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--jobs", action="store_true", help="list the jobs of each case's last repeat")
+    parser.add_argument("--mode", choices=("differential", "auto"), default="differential")
     args = parser.parse_args()
     warehouse = tempfile.mkdtemp(prefix="floor_")
     try:
@@ -86,7 +88,7 @@ def main() -> int:
         create(spark)
         specs = [
             StreamTableSpec(
-                model=f"{st}_{kind}", schema=SCHEMA, name=f"{st}_{kind}", sql=sql, refresh_mode="differential"
+                model=f"{st}_{kind}", schema=SCHEMA, name=f"{st}_{kind}", sql=sql, refresh_mode=args.mode
             )
             for kind in ("cow", "mor")
             for st, sql in queries(f"{SCHEMA}.orders_{kind}").items()
