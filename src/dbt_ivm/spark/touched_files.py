@@ -64,6 +64,11 @@ class DeleteFiles:
     unnamed: bool = False
     records: int = 0
 
+    @property
+    def named_all(self) -> bool:
+        """Every delete file names its data file (or there is none): no job needed to find them."""
+        return not self.unnamed
+
 
 @dataclass
 class SegmentFiles:
@@ -121,11 +126,19 @@ def create_touched_files_view(
         added, removed = (_positions(spark, d, whole) for d in (found.added_deletes, found.removed_deletes))
         deleted = _minus(added, removed)
         revived = _minus(removed, added)
+        # The data files of the deleted positions, when the delete files' metadata does not name them,
+        # and of the revived ones: one job over the delete files for both.
+        deleted_in, revived_in = _data_files_of(
+            None if found.added_deletes.named_all else deleted,
+            revived,
+        )
+        if found.added_deletes.named_all:
+            deleted_in = frozenset(found.added_deletes.named - whole)
         reads += [
             (begin, -1, whole, None),
-            (begin, -1, _named(found.added_deletes, deleted, whole), deleted),
+            (begin, -1, deleted_in, deleted),
             (snapshots[-1], 1, whole, None),
-            (snapshots[-1], 1, _data_files_of(revived), revived),
+            (snapshots[-1], 1, revived_in, revived),
         ]
         images += found.added_deletes.records + found.removed_deletes.records
     manager = spark.sparkContext._jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
@@ -276,17 +289,16 @@ def _minus(positions: Any, other: Any) -> Any:
     return positions.join(other, ["file_path", "pos"], "left_anti")
 
 
-def _named(deletes: DeleteFiles, positions: Any, whole: frozenset[str]) -> frozenset[str]:
-    """The data files `positions` (taken from `deletes`) fall in, from metadata when it says."""
-    if positions is None:
-        return frozenset()
-    if not deletes.unnamed:
-        return frozenset(deletes.named - whole)
-    return _data_files_of(positions)
-
-
-def _data_files_of(positions: Any) -> frozenset[str]:
-    """The data files `positions` fall in: a job over delete files only."""
-    if positions is None:
-        return frozenset()
-    return frozenset(str(row[0]) for row in positions.select("file_path").distinct().collect())
+def _data_files_of(*positions: Any) -> list[frozenset[str]]:
+    """The data files each of `positions` (None: no positions) falls in: one job over the delete
+    files, whatever their number."""
+    found: list[set[str]] = [set() for _ in positions]
+    union = None
+    for index, these in enumerate(positions):
+        if these is not None:
+            tagged = these.selectExpr(f"{index} AS __ivm_which", "file_path").distinct()
+            union = tagged if union is None else union.unionAll(tagged)
+    if union is not None:
+        for which, path in union.collect():
+            found[int(which)].add(str(path))
+    return [frozenset(files) for files in found]
