@@ -3,8 +3,9 @@
 For every source whose snapshot moved, the raw changes between the frontier snapshot and the batch's
 end snapshot (``changelog.create_change_view``) are compacted into their net effect, carried-over
 rows cancelled (``compacted``), computed once and kept (``TempViews.observed``: the same job counts
-them, for the threshold, AUTO and the history), and bound as the source's delta. Anything that makes the batch unreadable — an expired start snapshot, a changed
-schema, too many changes for ``full_refresh_threshold`` — becomes the reason for a FULL refresh.
+them, for the threshold, AUTO and the history), and bound as the source's delta. Anything that
+makes the batch unreadable — an expired start snapshot, a changed schema, too many changes for
+``full_refresh_threshold`` — becomes the reason for a FULL refresh.
 
 AUTO mode also weighs what reading the changes would cost before reading them: a copy-on-write
 UPDATE of a few rows spread over every file puts every row of the table into the changelog twice
