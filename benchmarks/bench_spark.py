@@ -10,6 +10,9 @@
     python benchmarks/bench_spark.py --rows 1000000,10000000,100000000 \\
         --writes copy-on-write,merge-on-read --changes recent --plot docs/img/bench_spark_sizes.png
 
+    # a run stopped before its table (its progress log kept): the table, targets and plot from the log
+    python benchmarks/bench_spark.py --from-log sweep.err --stream-writes merge-on-read --plot out.png
+
 Run by hand; prints a Markdown table (kept in docs/benchmarks.md) and progress on stderr.
 
 One embedded Spark + Iceberg session (its working directory a temporary one, so no `metastore_db`
@@ -50,6 +53,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import shutil
 import statistics
 import sys
@@ -261,8 +265,8 @@ class Result:
     refresh: list[float] = field(default_factory=list)
     rebuild: list[float] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
-    extra: int = 0
-    missing: int = 0
+    extra: int | None = None  # None: the check did not run (a run recovered from its log)
+    missing: int | None = None
 
     @property
     def refresh_median(self) -> float:
@@ -345,6 +349,35 @@ def run_case(spark: Any, rows: int, writes: str, streams: Sequence[Stream], opti
 
 
 # --------------------------------------------------------------------------------------------------
+# A run recovered from its progress log
+
+CASE_LINE = re.compile(r"== (?P<rows>[\d,]+) rows, orders written (?P<writes>[\w-]+)")
+REPEAT_LINE = re.compile(
+    r"repeat \d+: (?P<stream>\w+) refresh (?P<refresh>[\d.]+)s \((?P<action>[A-Z]+)\b.*\), "
+    r"rebuild (?P<rebuild>[\d.]+)s"
+)
+CHECK_LINE = re.compile(r"(?P<stream>\w+) vs its query: (?P<extra>\d+) extra, (?P<missing>\d+) missing")
+
+
+def results_from_log(lines: Sequence[str]) -> list[Result]:
+    """The results a run logged on stderr, for a run stopped before its table (a check not reached
+    stays unchecked; a case without a single repeat is left out)."""
+    results: dict[tuple[int, str, str], Result] = {}
+    case: tuple[int, str] | None = None
+    for line in lines:
+        if found := CASE_LINE.search(line):
+            case = (int(found["rows"].replace(",", "")), found["writes"])
+        elif case and (found := REPEAT_LINE.search(line)):
+            result = results.setdefault((*case, found["stream"]), Result(*case, found["stream"]))
+            result.refresh.append(float(found["refresh"]))
+            result.rebuild.append(float(found["rebuild"]))
+            result.actions.append(found["action"])
+        elif case and (found := CHECK_LINE.search(line)) and (key := (*case, found["stream"])) in results:
+            results[key].extra, results[key].missing = int(found["extra"]), int(found["missing"])
+    return list(results.values())
+
+
+# --------------------------------------------------------------------------------------------------
 # Report
 
 
@@ -368,9 +401,13 @@ def results_table(results: Sequence[Result]) -> str:
             refresh += f" ({'/'.join(sorted(set(result.actions)))})"
         lines.append(
             f"| {result.rows:,} | {result.writes} | {result.stream} | {refresh} | "
-            f"{seconds(result.rebuild_median)} | {result.ratio:.1f}× | {result.extra} / {result.missing} |"
+            f"{seconds(result.rebuild_median)} | {result.ratio:.1f}× | {checked(result)} |"
         )
     return "\n".join(lines)
+
+
+def checked(result: Result) -> str:
+    return "not checked" if result.extra is None else f"{result.extra} / {result.missing}"
 
 
 def verdict(met: bool) -> str:
@@ -552,11 +589,22 @@ def main() -> int:
     parser.add_argument(
         "--keep", action="store_true", help="keep the temporary warehouse and working directory"
     )
+    parser.add_argument(
+        "--from-log",
+        type=Path,
+        help="no Spark: the table, targets and plot of an earlier run from its stderr log "
+        "(give that run's --batch, --changes, --mode and --stream-writes)",
+    )
     args = parser.parse_args()
     if args.batch < 10:
         parser.error("--batch: at least 10 changes")
     options = Options(args.repeats, args.batch, args.changes, args.mode, args.stream_writes)
     plot_path = args.plot.resolve() if args.plot else None
+    if args.from_log:
+        results = results_from_log(args.from_log.read_text().splitlines())
+        if not results:
+            parser.error(f"--from-log: no repeats in {args.from_log}")
+        return report(results, options, f"recovered from {args.from_log}", plot_path)
 
     # Spark runs in a scratch directory: nothing it writes to its working directory is left behind.
     caller = Path.cwd()
@@ -598,13 +646,21 @@ def run(
         for mode in writes:
             results += run_case(spark, rows, mode, streams, options)
     elapsed = time.monotonic() - started
+    status = report(results, options, f"master {settings.master}; total {elapsed / 60:.1f} min", plot_path)
+    spark.stop()
+    return status
 
+
+def report(results: list[Result], options: Options, run: str, plot_path: Path | None) -> int:
+    """The Markdown table, the targets and the plot; the exit status."""
+    sizes = sorted({r.rows for r in results})
+    writes = list(dict.fromkeys(r.writes for r in results))
     print(
         f"\norders: {', '.join(f'{rows:,}' for rows in sizes)} rows, {CUSTOMERS:,} customers, "
         f"{DAYS} daily partitions, written {' and '.join(writes)}; batch: {options.batch:,} changed "
         f"rows per repeat (50 % updates, 30 % inserts, 20 % deletes), {options.changes} changes; "
         f"stream tables written {options.stream_writes}, refresh_mode='{options.mode}'; median of "
-        f"{options.repeats} repeats, master {settings.master}; total {elapsed / 60:.1f} min\n"
+        f"{max(len(r.refresh) for r in results)} repeats, {run}\n"
     )
     print(results_table(results))
     print("\nTargets (issue 13):")
@@ -616,7 +672,6 @@ def run(
     if plot_path is not None:
         plot(plot_path, results, options)
         log(f"plot written to {plot_path}")
-    spark.stop()
     return 0 if all(r.correct for r in results) and not unexpected else 1
 
 
