@@ -11,9 +11,10 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from dbt_ivm.spark import observed, registry
+from dbt_ivm.spark import observed, registry, snapshot_cache
 from dbt_ivm.spark.apply import TempViews
-from tests.spark.oracle import make_spec, refresh_and_check
+from dbt_ivm.spark.runner import run_stream_table
+from tests.spark.oracle import assert_matches_query, make_spec, refresh_and_check
 
 pytestmark = pytest.mark.spark
 
@@ -40,14 +41,35 @@ def test_metrics_that_never_arrive_are_computed_from_the_pinned_rows(
     idle = Observation("never_run")
     spark.range(3).observe(idle, F.count(F.lit(1)))
     assert observed._delivered(idle) is None
-    # Then a pin whose metrics do not arrive answers from a query over the rows it kept.
-    monkeypatch.setattr(observed, "_delivered", lambda observation: None)
-    views = TempViews(spark)
-    try:
-        _, values = views.observed("late", views.frame("SELECT id AS v FROM range(1, 5)"), COUNTS)
-        assert values == (4, 10, 4)
-    finally:
-        views.drop()
+    # Then a pin whose metrics do not arrive, or arrive without them (an empty row), answers from a
+    # query over the rows it kept.
+    for delivered in (None, {}):
+        monkeypatch.setattr(observed, "_delivered", lambda observation, answer=delivered: answer)
+        views = TempViews(spark)
+        try:
+            _, values = views.observed("late", views.frame("SELECT id AS v FROM range(1, 5)"), COUNTS)
+            assert values == (4, 10, 4)
+        finally:
+            views.drop()
+
+
+def test_pinned_rows_are_freed_when_a_refresh_ends(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 'a', 10), (2, 'b', 20)")
+    sql = f"SELECT customer, SUM(amount) AS total FROM {s}.orders GROUP BY customer"
+    refresh_and_check(spark, s, "totals", sql, "create", refresh_mode="differential")
+
+    def pinned_rdds() -> set[int]:  # by id: the JVM's cleaner may free earlier ones meanwhile
+        return {int(rdd_id) for rdd_id in spark.sparkContext._jsc.getPersistentRDDs().keySet().toArray()}
+
+    before = pinned_rdds()
+    spark.sql(f"UPDATE {s}.orders SET amount = 11 WHERE id = 1")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (3, 'c', 5)")
+    result = run_stream_table(spark, make_spec(s, "totals", sql, refresh_mode="differential"))
+    assert result.action == "DIFFERENTIAL"
+    assert pinned_rdds() - before == set()  # a long PySpark application keeps no refresh's rows
+    assert_matches_query(spark, s, "totals", sql)
 
 
 def test_registrations_follow_writes_from_anywhere(spark: Any, spark_schema: str) -> None:
@@ -98,3 +120,28 @@ def test_recent_refreshes_match_the_history_table(spark: Any, spark_schema: str)
     )
     newest = registry.recent_refreshes(spark, catalog, name)
     assert newest[0].action == "FULL" and newest[0].seconds == 1.5 and newest == fresh()
+
+
+def test_a_history_row_is_appended_once_when_the_bookkeeping_after_it_fails(
+    spark: Any, spark_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.orders (id int, amount int) USING iceberg")
+    sql = f"SELECT id, amount FROM {s}.orders"
+    catalog = make_spec(s, "copy", sql).catalog_schema
+    name = f"{s}.copy"
+    refresh_and_check(spark, s, "copy", sql, "create")
+    registry.recent_refreshes(spark, catalog, name)  # kept, so the append's bookkeeping runs
+
+    def lookup_fails(*_: Any) -> Any:  # as a metastore would, right after the commit
+        raise RuntimeError("CommitFailedException: the metastore went away")
+
+    monkeypatch.setattr(snapshot_cache, "load_table", lookup_fails)
+    values = {"action": "FULL", "status": "OK", "duration_seconds": 2.5, "reason": "by the test"}
+    registry.record(spark, catalog, name, values)
+    monkeypatch.undo()
+    rows = spark.sql(f"SELECT count(*) FROM {catalog}.refresh_history WHERE reason = 'by the test'").first()[
+        0
+    ]
+    assert rows == 1  # not retried as a conflict
+    assert registry.recent_refreshes(spark, catalog, name)[0].seconds == 2.5  # read afresh

@@ -44,6 +44,7 @@ class TempViews:
     prefix: str = field(default_factory=lambda: f"__ivm_{uuid.uuid4().hex[:12]}")
     names: list[str] = field(default_factory=list)
     releases: list[Callable[[], None]] = field(default_factory=list)  # run by drop(), after the views
+    pinned_frames: list[Any] = field(default_factory=list)  # their rows freed by drop()
 
     def on_drop(self, release: Callable[[], None]) -> None:
         """Run `release` when the views are dropped (what a view holds outside Spark's catalog)."""
@@ -68,7 +69,9 @@ class TempViews:
         """Pin `frame` (see `pinned`) and return, besides its view, `metrics` (aggregates over its
         columns) as the same job computed them over its rows (``observed``)."""
         view = self.name(purpose)
-        return exp.table_(view, quoted=True), observed.pin(frame, view, metrics)
+        pinned, values = observed.pin(frame, view, metrics)
+        self.pinned_frames.append(pinned)
+        return exp.table_(view, quoted=True), values
 
     def view(self, purpose: str, spark_select: str) -> exp.Table:
         """A temp view of a SELECT in Spark SQL text (the user's query, when the engine cannot plan it)."""
@@ -80,6 +83,9 @@ class TempViews:
         for view in self.names:
             self.spark.catalog.dropTempView(view)
         self.names.clear()
+        for pinned in self.pinned_frames:
+            observed.free(pinned)
+        self.pinned_frames.clear()
         for release in self.releases:
             release()
         self.releases.clear()

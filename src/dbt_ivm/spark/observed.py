@@ -27,12 +27,14 @@ WAIT_SECONDS = 30.0
 _numbers = itertools.count()
 
 
-def pin(frame: Any, view: str, metrics: Sequence[exp.Expr] = ()) -> tuple[Any, ...]:
-    """Compute `frame` now, keep its rows as the temp view `view`, and return `metrics` (aggregates
-    over its columns, e.g. ``COUNT(*)``) as they came out over those rows, in order."""
+def pin(frame: Any, view: str, metrics: Sequence[exp.Expr] = ()) -> tuple[Any, tuple[Any, ...]]:
+    """Compute `frame` now, keep its rows as the temp view `view`, and return the pinned DataFrame
+    (for `free`) and `metrics` (aggregates over its columns, e.g. ``COUNT(*)``) as they came out over
+    those rows, in order."""
     if not metrics:
-        frame.localCheckpoint(eager=True).createOrReplaceTempView(view)
-        return ()
+        pinned = frame.localCheckpoint(eager=True)
+        pinned.createOrReplaceTempView(view)
+        return pinned, ()
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -42,10 +44,18 @@ def pin(frame: Any, view: str, metrics: Sequence[exp.Expr] = ()) -> tuple[Any, .
     pinned = frame.observe(observation, *columns).localCheckpoint(eager=True)
     pinned.createOrReplaceTempView(view)
     values = _delivered(observation)
-    if values is None:
+    if values is None or any(n not in values for n in names):  # late, or dropped by Spark
         query = exp.select(*(m.copy() for m in metrics)).from_(exp.table_(view, quoted=True))
-        return tuple(frame.sparkSession.sql(query.sql(DIALECT)).collect()[0])
-    return tuple(values[n] for n in names)
+        return pinned, tuple(frame.sparkSession.sql(query.sql(DIALECT)).collect()[0])
+    return pinned, tuple(values[n] for n in names)
+
+
+def free(pinned: Any) -> None:
+    """Drop the blocks that hold `pinned`'s rows now, not when the JVM collects the DataFrame (in a
+    long-lived application, every refresh's pinned rows would stay until then)."""
+    plan = pinned._jdf.queryExecution().logical()
+    if plan.getClass().getSimpleName() == "LogicalRDD":  # what localCheckpoint returns
+        plan.rdd().unpersist(False)
 
 
 def _delivered(observation: Any) -> dict[str, Any] | None:

@@ -55,10 +55,16 @@ class SnapshotCache(Generic[T]):
         """This process just committed to `table` (under a lock that keeps its other commits out):
         `change` the kept value the same way if no other commit came between, else forget it."""
         key = _key(spark, table)
-        snapshot = load_table(spark, table).currentSnapshot()
         with self._lock:
             kept = self._kept.pop(key, None)
-            if kept is None or snapshot is None:
+        if kept is None:
+            return
+        try:
+            snapshot = load_table(spark, table).currentSnapshot()
+        except Exception:  # the commit is made: a failed lookup must not fail (or repeat) it
+            return
+        with self._lock:
+            if snapshot is None:
                 return
             parent = snapshot.parentId()
             if parent is None or int(parent) != kept.snapshot_id:

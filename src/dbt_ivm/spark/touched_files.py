@@ -43,6 +43,8 @@ from dbt_ivm.sqltext import SEQ, WEIGHT
 
 # Formats whose position delete files Spark reads without Iceberg (Avro needs a package).
 READABLE_DELETE_FORMATS = {"PARQUET": "parquet", "ORC": "orc"}
+# The columns of a position delete file the reads need (the spec's optional `row` is left unread).
+POSITION_DELETE_SCHEMA = "file_path STRING, pos BIGINT"
 
 
 @dataclass(frozen=True)
@@ -275,7 +277,19 @@ def _positions(spark: Any, deletes: DeleteFiles, whole: frozenset[str]) -> Any:
     """The (file_path, pos) pairs `deletes` name, outside the files read whole; None if none."""
     frame = None
     for reader, paths in deletes.paths.items():
-        read = spark.read.format(reader).load(paths).select("file_path", "pos")
+        # The schema given: inferring it from the files' footers would cost a Spark job per read. A
+        # column it names that a file lacks would read as NULL and match no row: fail instead.
+        read = (
+            spark.read.format(reader)
+            .schema(POSITION_DELETE_SCHEMA)
+            .load(paths)
+            .selectExpr(
+                *(
+                    f"coalesce({c}, raise_error('a position delete file without {c}')) AS {c}"
+                    for c in ("file_path", "pos")
+                )
+            )
+        )
         frame = read if frame is None else frame.unionAll(read)
     if frame is not None and whole:
         listed = ", ".join(sql_string(path) for path in sorted(whole))
