@@ -174,10 +174,14 @@ def test_partition_evolution_branches_and_every_dml(spark: Any, spark_schema: st
     streams.refresh("truncate", "DIFFERENTIAL")
 
 
-def test_merge_on_read_sources(spark: Any, spark_schema: str) -> None:
+@pytest.mark.parametrize("granularity", ["file", "partition"])
+def test_merge_on_read_sources(spark: Any, spark_schema: str, granularity: str) -> None:
     """Row-level writes with delete files, and the compactions that fold them away: every refresh
-    reads the files the writes touched (never a snapshot diff of the whole table)."""
+    reads the files the writes touched (never a snapshot diff of the whole table). A file-scoped
+    delete file names its one data file in its metadata; a partition-scoped one (the UPDATE of ids 1
+    and 7, two files of partition 's') names rows of several, found by a job over it."""
     modes = ", ".join(f"'{k}'='merge-on-read'" for k in MERGE_ON_READ)
+    modes += f", 'write.delete.granularity'='{granularity}'"
     streams = Streams(spark, spark_schema, partitioned=True, properties=f", {modes}")
     t = streams.table()
 

@@ -121,7 +121,7 @@ def create_touched_files_view(
     reads: list[tuple[int, int, frozenset[str], Any]] = []
     images = 0
     for begin, snapshots in segments(start, chain):
-        found = segment_files(loaded, snapshots)
+        found = segment_files(spark, loaded, snapshots)
         if isinstance(found, str):
             return found
         whole = frozenset(found.data_files)
@@ -234,10 +234,16 @@ def _no_rows_like(spark: Any, frame: Any) -> Any:
     return DataFrame(spark._jsparkSession.createDataFrame(rows, frame._jdf.schema()), spark)
 
 
-def segment_files(loaded: Any, chain: Sequence[int]) -> SegmentFiles | str:
+def segment_files(spark: Any, loaded: Any, chain: Sequence[int]) -> SegmentFiles | str:
     """The files the snapshots `chain` (one segment) added and removed, from their manifests alone;
     or why their changes cannot be read here."""
     io = loaded.io()
+    # The one data file a delete file names: the file-scoped ones say so; a partition-scoped one
+    # whose path column's lower and upper bounds are equal names it too (Iceberg keeps that
+    # column's bounds whole).
+    single_file_of = (
+        spark.sparkContext._jvm.org.apache.iceberg.util.ContentFileUtil.referencedDataFileLocation
+    )
     data_added: dict[str, Any] = {}  # location: the file's metadata
     data_removed: dict[str, Any] = {}
     deletes_added: dict[str, Any] = {}
@@ -265,7 +271,7 @@ def segment_files(loaded: Any, chain: Sequence[int]) -> SegmentFiles | str:
                 return f"the range has position delete files in {file_format}"
             kept.paths.setdefault(READABLE_DELETE_FORMATS[file_format], []).append(location)
             kept.records += int(delete_file.recordCount())
-            referenced = delete_file.referencedDataFile()
+            referenced = single_file_of(delete_file)
             if referenced is None:
                 kept.unnamed = True
             else:
