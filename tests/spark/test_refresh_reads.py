@@ -21,6 +21,19 @@ pytestmark = pytest.mark.spark
 COUNTS = [exp.func("COUNT", exp.Star()), exp.func("SUM", exp.column("v")), exp.func("MAX", exp.column("v"))]
 
 
+def totals_over_orders(spark: Any, s: str) -> str:
+    """`orders` (id, customer, amount) with two rows; the query of a stream table of totals over it."""
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 'a', 10), (2, 'b', 20)")
+    return f"SELECT customer, SUM(amount) AS total FROM {s}.orders GROUP BY customer"
+
+
+def copy_of_orders(spark: Any, s: str) -> str:
+    """An empty `orders` (id, amount); the query of a stream table copying it."""
+    spark.sql(f"CREATE TABLE {s}.orders (id int, amount int) USING iceberg")
+    return f"SELECT id, amount FROM {s}.orders"
+
+
 def test_metrics_come_out_of_the_pin(spark: Any) -> None:
     views = TempViews(spark)
     try:
@@ -55,9 +68,7 @@ def test_metrics_that_never_arrive_are_computed_from_the_pinned_rows(
 
 def test_pinned_rows_are_freed_when_a_refresh_ends(spark: Any, spark_schema: str) -> None:
     s = spark_schema
-    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
-    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 'a', 10), (2, 'b', 20)")
-    sql = f"SELECT customer, SUM(amount) AS total FROM {s}.orders GROUP BY customer"
+    sql = totals_over_orders(spark, s)
     refresh_and_check(spark, s, "totals", sql, "create", refresh_mode="differential")
 
     def pinned_rdds() -> set[int]:  # by id: the JVM's cleaner may free earlier ones meanwhile
@@ -74,9 +85,8 @@ def test_pinned_rows_are_freed_when_a_refresh_ends(spark: Any, spark_schema: str
 
 def test_registrations_follow_writes_from_anywhere(spark: Any, spark_schema: str) -> None:
     s = spark_schema
-    spark.sql(f"CREATE TABLE {s}.orders (id int, amount int) USING iceberg")
+    sql = copy_of_orders(spark, s)
     spark.sql(f"INSERT INTO {s}.orders VALUES (1, 10)")
-    sql = f"SELECT id, amount FROM {s}.orders"
     catalog = make_spec(s, "copy", sql).catalog_schema
     refresh_and_check(spark, s, "copy", sql, "create")
     found = registry.lookup(spark, catalog, f"{s}.copy")
@@ -92,9 +102,7 @@ def test_registrations_follow_writes_from_anywhere(spark: Any, spark_schema: str
 
 def test_recent_refreshes_match_the_history_table(spark: Any, spark_schema: str) -> None:
     s = spark_schema
-    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
-    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 'a', 10), (2, 'b', 20)")
-    sql = f"SELECT customer, SUM(amount) AS total FROM {s}.orders GROUP BY customer"
+    sql = totals_over_orders(spark, s)
     catalog = make_spec(s, "totals", sql).catalog_schema
     name = f"{s}.totals"
 
@@ -126,8 +134,7 @@ def test_a_history_row_is_appended_once_when_the_bookkeeping_after_it_fails(
     spark: Any, spark_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = spark_schema
-    spark.sql(f"CREATE TABLE {s}.orders (id int, amount int) USING iceberg")
-    sql = f"SELECT id, amount FROM {s}.orders"
+    sql = copy_of_orders(spark, s)
     catalog = make_spec(s, "copy", sql).catalog_schema
     name = f"{s}.copy"
     refresh_and_check(spark, s, "copy", sql, "create")
