@@ -147,8 +147,6 @@ def test_a_history_row_is_appended_once_when_the_bookkeeping_after_it_fails(
     values = {"action": "FULL", "status": "OK", "duration_seconds": 2.5, "reason": "by the test"}
     registry.record(spark, catalog, name, values)
     monkeypatch.undo()
-    rows = spark.sql(f"SELECT count(*) FROM {catalog}.refresh_history WHERE reason = 'by the test'").first()[
-        0
-    ]
-    assert rows == 1  # not retried as a conflict
+    appended = spark.sql(f"SELECT count(*) FROM {catalog}.refresh_history WHERE reason = 'by the test'")
+    assert appended.first()[0] == 1  # not retried as a conflict
     assert registry.recent_refreshes(spark, catalog, name)[0].seconds == 2.5  # read afresh

@@ -66,11 +66,6 @@ class DeleteFiles:
     unnamed: bool = False
     records: int = 0
 
-    @property
-    def named_all(self) -> bool:
-        """Every delete file names its data file (or there is none): no job needed to find them."""
-        return not self.unnamed
-
 
 @dataclass
 class SegmentFiles:
@@ -128,13 +123,11 @@ def create_touched_files_view(
         added, removed = (_positions(spark, d, whole) for d in (found.added_deletes, found.removed_deletes))
         deleted = _minus(added, removed)
         revived = _minus(removed, added)
-        # The data files of the deleted positions, when the delete files' metadata does not name them,
-        # and of the revived ones: one job over the delete files for both.
-        deleted_in, revived_in = _data_files_of(
-            None if found.added_deletes.named_all else deleted,
-            revived,
-        )
-        if found.added_deletes.named_all:
+        # The data files of the deleted positions, from the delete files' metadata when it names
+        # them all; else, and for the revived ones, one job over the delete files for both.
+        named = not found.added_deletes.unnamed
+        deleted_in, revived_in = _data_files_of(None if named else deleted, revived)
+        if named:
             deleted_in = frozenset(found.added_deletes.named - whole)
         reads += [
             (begin, -1, whole, None),
