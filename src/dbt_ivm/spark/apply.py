@@ -24,7 +24,7 @@ from dbt_ivm.delta.terms import aliased
 from dbt_ivm.keys import SPARK, same_values
 from dbt_ivm.layout import DUP, Layout
 from dbt_ivm.plan.build import group_placeholder
-from dbt_ivm.spark import observed
+from dbt_ivm.spark import observed, upkeep
 from dbt_ivm.spark.commit import Stamp, commit_with
 from dbt_ivm.spark.iceberg import load_table, quoted_name, sql_string, total_records
 from dbt_ivm.sqltext import WEIGHT, columns
@@ -97,8 +97,9 @@ def plain_layout(names: list[str]) -> Layout:
 
 
 def table_properties(given: dict[str, str]) -> str:
-    """The TBLPROPERTIES list of a stream table: format 2 (row-level deletes), then the model's own."""
-    merged = {"format-version": "2", **given}
+    """The TBLPROPERTIES list of a stream table: format 2 (row-level deletes), old metadata files
+    deleted (`upkeep`), then the model's own."""
+    merged = {"format-version": "2", **upkeep.METADATA_PROPERTIES, **given}
     return ", ".join(f"{sql_string(k)}={sql_string(v)}" for k, v in merged.items())
 
 

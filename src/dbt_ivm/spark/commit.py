@@ -58,16 +58,25 @@ def current_stamp(spark: Any, table: TableName) -> tuple[int | None, Stamp | Non
     ``rewrite_manifests``: a ``replace`` snapshot, the same rows in other files) carries no stamp;
     the rows are still those of the snapshot it replaced, so that snapshot's stamp holds."""
     loaded = load_table(spark, table)
-    snapshot = loaded.currentSnapshot()
-    if snapshot is None:
+    current = loaded.currentSnapshot()
+    if current is None:
         return None, None
-    current = int(snapshot.snapshotId())
+    stamped = stamped_snapshot(loaded)
+    return int(current.snapshotId()), None if stamped is None else _stamp_of(stamped.summary())
+
+
+def stamped_snapshot(loaded: Any) -> Any | None:
+    """The snapshot (Iceberg's Java object) whose stamp the loaded table's rows carry: the current
+    one, or the one a chain of compactions replaced. None: the rows were written by someone else,
+    or the stamped snapshot expired."""
+    snapshot = loaded.currentSnapshot()
     while snapshot is not None:
-        stamp = _stamp_of(snapshot.summary())
-        if stamp is not None or snapshot.operation() != REPLACE or snapshot.parentId() is None:
-            return current, stamp
+        if _stamp_of(snapshot.summary()) is not None:
+            return snapshot
+        if snapshot.operation() != REPLACE or snapshot.parentId() is None:
+            return None
         snapshot = loaded.snapshot(snapshot.parentId())
-    return current, None  # the stamped snapshot expired
+    return None
 
 
 def _stamp_of(summary: Any) -> Stamp | None:

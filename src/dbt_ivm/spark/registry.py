@@ -21,13 +21,16 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from dbt_ivm.cost import RECENT, PastRefresh
+from dbt_ivm.spark import upkeep
+from dbt_ivm.spark.iceberg import load_table
 from dbt_ivm.spark.snapshot_cache import SnapshotCache
 
 REGISTRY_PROPERTIES = (
     "'format-version'='2', 'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
     "'write.merge.mode'='merge-on-read', 'write.merge.isolation-level'='snapshot', "
     "'write.update.isolation-level'='snapshot', 'write.delete.isolation-level'='snapshot', "
-    "'commit.retry.num-retries'='10'"
+    "'commit.retry.num-retries'='10', "
+    + ", ".join(f"'{k}'='{v}'" for k, v in upkeep.METADATA_PROPERTIES.items())
 )
 
 STREAM_TABLES_COLUMNS = (
@@ -44,7 +47,7 @@ HISTORY_COLUMNS = (
 )
 # Columns added after the tables were first created, per table, and their types.
 ADDED_COLUMNS = {"stream_tables": {"run_settings": "string"}, "refresh_history": {"invocation_id": "string"}}
-# Registry tables this process has seen with every column (a table never loses one).
+# Registry tables this process has seen with every column and upkeep property (never lost).
 _UPGRADED: set[str] = set()
 
 T = TypeVar("T")
@@ -75,6 +78,7 @@ def bootstrap(spark: Any, catalog: str) -> None:
         missing = [f"{_bt(column)} {kind}" for column, kind in added.items() if column not in present]
         if missing:  # a table an earlier version created
             _retry(lambda: spark.sql(f"ALTER TABLE {relation} ADD COLUMNS ({', '.join(missing)})"))  # noqa: B023
+        _retry(lambda: upkeep.with_metadata_properties(load_table(spark, (catalog, name))))  # noqa: B023
         _UPGRADED.add(relation)  # columns are only ever added: no need to look again in this process
 
 
@@ -251,3 +255,12 @@ def recent_refreshes(spark: Any, catalog: str, stream_table: str) -> list[PastRe
         return found
 
     return list(_RECENT.get(spark, (catalog, "refresh_history"), read).get(stream_table, []))
+
+
+def compact(spark: Any, catalog: str) -> None:
+    """Compact the catalog tables that outgrew `upkeep.COMPACT_AT_FILES` and expire their old
+    snapshots. Their rows stay the same, so what this process read of them stays valid."""
+    for name, cache in (("stream_tables", _REGISTRATIONS), ("refresh_history", _RECENT)):
+        with COMMIT_LOCK:
+            if upkeep.compact_catalog_table(spark, (catalog, name)):
+                cache.after_commit(spark, (catalog, name), lambda _: None)

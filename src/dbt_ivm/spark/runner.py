@@ -63,6 +63,7 @@ from dbt_ivm.spark import (
     session_conf,
     source_changes,
     statement_log,
+    upkeep,
 )
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable, incomparable
@@ -182,6 +183,7 @@ def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
             result = lifecycle.run(backend)
         # backend.spec: the registered config when on_configuration_change='continue' kept it.
         _keep_run_settings(spark, backend.spec, backend._registration, result)
+        result.warnings.extend(_upkeep(spark, spec))
         return result
     except IvmError:
         raise
@@ -192,6 +194,24 @@ def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
         raise SparkFailed(spec.model, message) from error
     finally:
         views.drop()
+
+
+def _upkeep(spark: Any, spec: StreamTableSpec) -> list[str]:
+    """Keep the catalog tables and the stream table from growing with every refresh (`upkeep`);
+    a failure is a warning, never the run's."""
+    warnings = []
+    for what, step in (
+        ("the catalog tables", lambda: registry.compact(spark, spec.catalog_schema)),
+        ("the stream table's snapshots", lambda: upkeep.expire_stream_table(spark, _parts(spec))),
+    ):
+        try:
+            step()
+        except Exception as error:
+            reason = failures.readable(error) or str(error).splitlines()[0]
+            warnings.append(
+                f"model {spec.model}: upkeep of {what} failed, the next run tries again: {reason}"
+            )
+    return warnings
 
 
 def _keep_run_settings(

@@ -1,0 +1,158 @@
+"""The Iceberg tables a refresh commits to do not grow with every refresh, and upkeep never costs a
+refresh its correctness or its frontier (spark/upkeep.py).
+
+Upkeep's thresholds are lowered here (a handful of refreshes instead of 64 files or ten minutes),
+so the tests see what a long-running schedule would. Every refresh is checked against its query.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dbt_ivm.spark import registry, upkeep
+from dbt_ivm.spark.iceberg import load_table
+from dbt_ivm.spark.runner import run_stream_table
+from tests.spark.oracle import make_spec, refresh_and_check
+
+pytestmark = pytest.mark.spark
+
+RUNS = 12
+
+
+@pytest.fixture
+def quick_upkeep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upkeep, "COMPACT_AT_FILES", 4)
+    monkeypatch.setattr(upkeep, "CATALOG_SNAPSHOT_SECONDS", 0)
+    monkeypatch.setattr(upkeep, "CATALOG_SNAPSHOTS_KEPT", 2)
+
+
+def _orders(spark: Any, schema: str, properties: str = "") -> str:
+    table = f"{schema}.orders"
+    spark.sql(
+        f"CREATE TABLE {table} (id int NOT NULL, customer int, amount int) USING iceberg "
+        f"TBLPROPERTIES ('dbt_ivm.primary_key'='id'{properties})"
+    )
+    spark.sql(f"INSERT INTO {table} SELECT id, id % 7, id FROM range(100) AS r(id)")
+    return table
+
+
+def _write(spark: Any, table: str, run: int) -> None:
+    spark.sql(f"UPDATE {table} SET amount = amount + 1 WHERE id % 10 = {run % 10}")
+    spark.sql(f"INSERT INTO {table} VALUES ({1000 + run}, {run % 7}, {run})")
+
+
+def _metadata_files(spark: Any, table: tuple[str, str]) -> list[str]:
+    location = str(load_table(spark, table).location()).removeprefix("file:")
+    return os.listdir(Path(location) / "metadata")
+
+
+def _summary(spark: Any, table: tuple[str, str]) -> dict[str, str]:
+    return dict(load_table(spark, table).currentSnapshot().summary())
+
+
+def test_catalog_tables_stay_small(spark: Any, spark_schema: str, quick_upkeep: None) -> None:
+    s = spark_schema
+    orders = _orders(spark, s)
+    sql = f"SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM {orders} GROUP BY customer"
+    refresh_and_check(spark, s, "totals", sql, "create")
+    for run in range(RUNS):
+        _write(spark, orders, run)
+        result = refresh_and_check(spark, s, "totals", sql, f"run {run}", refresh_mode="auto")
+        assert result.action == "DIFFERENTIAL", result.summary()
+        assert not result.warnings, result.warnings
+    history = (f"{s}_ivm", "refresh_history")
+    summary = _summary(spark, history)
+    # Compacted at 4 files: at most 3 appended since.
+    assert int(summary["total-data-files"]) < upkeep.COMPACT_AT_FILES, summary
+    assert len(list(load_table(spark, history).snapshots())) <= upkeep.COMPACT_AT_FILES + 2
+    # Each table keeps its newest metadata.json files only.
+    versions = [f for f in _metadata_files(spark, history) if f.endswith(".metadata.json")]
+    assert len(versions) <= upkeep.METADATA_VERSIONS + 1, versions
+    # No history row lost: the create and every refresh, in order.
+    rows = spark.sql(f"SELECT action FROM {s}_ivm.refresh_history ORDER BY refresh_id").collect()
+    assert [r.action for r in rows] == ["CREATE"] + ["DIFFERENTIAL"] * RUNS
+    # What this process kept of the history is what a fresh read finds.
+    kept = registry.recent_refreshes(spark, f"{s}_ivm", f"{s}.totals")
+    registry._RECENT.forget()
+    assert registry.recent_refreshes(spark, f"{s}_ivm", f"{s}.totals") == kept
+
+
+def test_registry_with_deletes_is_compacted(spark: Any, spark_schema: str, quick_upkeep: None) -> None:
+    """Re-registering (a changed query) deletes and inserts registry rows: merge-on-read delete files,
+    which compaction applies and then drops."""
+    s = spark_schema
+    orders = _orders(spark, s)
+    for run in range(RUNS // 2):
+        threshold = run * 10
+        sql = f"SELECT id, amount FROM {orders} WHERE amount >= {threshold}"
+        result = refresh_and_check(spark, s, "big", sql, f"query {run}")
+        assert result.action in ("CREATE", "REBUILD"), result.summary()
+    registrations = (f"{s}_ivm", "stream_tables")
+    summary = _summary(spark, registrations)
+    assert int(summary.get("total-data-files", 0)) + int(summary.get("total-delete-files", 0)) < 4, summary
+    registry._REGISTRATIONS.forget()
+    found = registry.lookup(spark, f"{s}_ivm", f"{s}.big")
+    assert found is not None and f">= {(RUNS // 2 - 1) * 10}" in found.defining_query
+
+
+def test_stream_table_snapshots_expire_but_not_the_frontier(spark: Any, spark_schema: str) -> None:
+    """With the model's `history.expire.max-snapshot-age-ms` at 1 ms every earlier snapshot may go,
+    but never the stamped one, even when a compaction of the stream table came after it."""
+    s = spark_schema
+    orders = _orders(spark, s)
+    sql = f"SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM {orders} GROUP BY customer"
+    retention = {"history.expire.max-snapshot-age-ms": "1"}
+    refresh_and_check(spark, s, "totals", sql, "create", table_properties=retention)
+    stream_table = (s, "totals")
+    for run in range(4):
+        _write(spark, orders, run)
+        result = refresh_and_check(spark, s, "totals", sql, f"run {run}", table_properties=retention)
+        assert result.action == "DIFFERENTIAL" and not result.warnings, result.summary()
+        assert len(list(load_table(spark, stream_table).snapshots())) <= 2
+    # A compaction of the stream table carries no stamp: its parent must survive the next expiry.
+    spark.sql(
+        f"CALL spark_catalog.system.rewrite_data_files(table => '{s}.totals', options => map('rewrite-all', 'true'))"
+    )
+    quiet = refresh_and_check(spark, s, "totals", sql, "nothing changed", table_properties=retention)
+    assert quiet.action == "SKIP", quiet.summary()  # its upkeep saw the compaction as newest
+    for run in range(4, 7):
+        _write(spark, orders, run)
+        result = refresh_and_check(
+            spark, s, "totals", sql, f"after compaction {run}", table_properties=retention
+        )
+        assert result.action == "DIFFERENTIAL" and not result.warnings, result.summary()
+    properties = dict(load_table(spark, stream_table).properties())
+    assert properties["write.metadata.delete-after-commit.enabled"] == "true"
+
+
+def test_default_retention_keeps_recent_snapshots(spark: Any, spark_schema: str) -> None:
+    """Without retention properties (Iceberg's 5 days) a day's refreshes keep every snapshot: time
+    travel on the stream table works as Iceberg's defaults promise."""
+    s = spark_schema
+    orders = _orders(spark, s)
+    sql = f"SELECT id, amount FROM {orders} WHERE amount > 50"
+    refresh_and_check(spark, s, "big", sql, "create")
+    for run in range(3):
+        _write(spark, orders, run)
+        refresh_and_check(spark, s, "big", sql, f"run {run}")
+    assert len(list(load_table(spark, (s, "big")).snapshots())) == 4
+
+
+def test_failed_upkeep_is_a_warning(spark: Any, spark_schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = spark_schema
+    orders = _orders(spark, s)
+    sql = f"SELECT customer, COUNT(*) AS n FROM {orders} GROUP BY customer"
+    refresh_and_check(spark, s, "counts", sql, "create")
+
+    def broken(spark: Any, table: Any) -> bool:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(upkeep, "compact_catalog_table", broken)
+    _write(spark, orders, 1)
+    result = run_stream_table(spark, make_spec(s, "counts", sql))
+    assert result.action == "DIFFERENTIAL"
+    assert any("upkeep of the catalog tables failed" in w and "disk full" in w for w in result.warnings)
