@@ -35,6 +35,12 @@ def readable(error: BaseException) -> str | None:
     return f"{outer}; caused by {deeper}" if deeper else outer
 
 
+def summary(error: BaseException) -> str:
+    """One line that says what failed: the JVM's message, else the error's first line, else its type."""
+    text = readable(error) or str(error).strip()
+    return (text.splitlines() or [type(error).__name__])[0]
+
+
 def _first_line(java_exception: Any) -> str:
     text = str(java_exception.toString() or "").strip()
     first = text.splitlines()[0] if text else ""

@@ -72,7 +72,7 @@ class Snapshot:
     @property
     def has_delete_files(self) -> bool:
         """Delete files are live in (or were added or removed by) this snapshot: merge-on-read."""
-        return any(_count(self.summary.get(k)) > 0 for k in DELETE_FILE_COUNTERS)
+        return any(count(self.summary.get(k)) > 0 for k in DELETE_FILE_COUNTERS)
 
     @property
     def rewrites_only(self) -> bool:
@@ -86,10 +86,11 @@ class Snapshot:
         for a rewrite, which the changelog does not read)."""
         if self.rewrites_only:
             return 0
-        return sum(_count(self.summary.get(k)) for k in RECORD_COUNTERS)
+        return sum(count(self.summary.get(k)) for k in RECORD_COUNTERS)
 
 
-def _count(value: str | None) -> int:
+def count(value: str | None) -> int:
+    """A snapshot summary's counter (0 when absent or not a number)."""
     try:
         return int(value) if value is not None else 0
     except ValueError:
@@ -255,4 +256,4 @@ def create_state_view(
 def total_records(spark: SparkSession, table: TableName, snapshot_id: int) -> int:
     """Rows in the table at a snapshot, from its summary (0 when unknown)."""
     snapshot = load_table(spark, table).snapshot(int(snapshot_id))
-    return 0 if snapshot is None else _count(snapshot.summary().get("total-records"))
+    return 0 if snapshot is None else count(snapshot.summary().get("total-records"))

@@ -21,8 +21,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from dbt_ivm.cost import RECENT, PastRefresh
-from dbt_ivm.spark import upkeep
-from dbt_ivm.spark.iceberg import load_table
+from dbt_ivm.spark import failures, upkeep
 from dbt_ivm.spark.snapshot_cache import SnapshotCache
 
 REGISTRY_PROPERTIES = (
@@ -47,7 +46,7 @@ HISTORY_COLUMNS = (
 )
 # Columns added after the tables were first created, per table, and their types.
 ADDED_COLUMNS = {"stream_tables": {"run_settings": "string"}, "refresh_history": {"invocation_id": "string"}}
-# Registry tables this process has seen with every column and upkeep property (never lost).
+# Registry tables this process has seen with every column (a table never loses one).
 _UPGRADED: set[str] = set()
 
 T = TypeVar("T")
@@ -78,7 +77,6 @@ def bootstrap(spark: Any, catalog: str) -> None:
         missing = [f"{_bt(column)} {kind}" for column, kind in added.items() if column not in present]
         if missing:  # a table an earlier version created
             _retry(lambda: spark.sql(f"ALTER TABLE {relation} ADD COLUMNS ({', '.join(missing)})"))  # noqa: B023
-        _retry(lambda: upkeep.with_metadata_properties(load_table(spark, (catalog, name))))  # noqa: B023
         _UPGRADED.add(relation)  # columns are only ever added: no need to look again in this process
 
 
@@ -133,7 +131,9 @@ def _as_of(relation: str, snapshot_id: int | None) -> str:
     return relation if snapshot_id is None else f"{relation} VERSION AS OF {int(snapshot_id)}"
 
 
-def lookup(spark: Any, catalog: str, stream_table: str) -> Registration | None:
+def _registrations(spark: Any, catalog: str) -> dict[str, Registration]:
+    """Every registration, by stream table (kept while the table's snapshot stays the same)."""
+
     def read(snapshot_id: int | None) -> dict[str, Registration]:
         rows = spark.sql(f"SELECT * FROM {_as_of(table(catalog, 'stream_tables'), snapshot_id)}").collect()
         found = {}
@@ -143,9 +143,22 @@ def lookup(spark: Any, catalog: str, stream_table: str) -> Registration | None:
             found[values["stream_table"]] = Registration(**values)
         return found
 
-    found = _REGISTRATIONS.get(spark, (catalog, "stream_tables"), read).get(stream_table)
+    return _REGISTRATIONS.get(spark, (catalog, "stream_tables"), read)
+
+
+def lookup(spark: Any, catalog: str, stream_table: str) -> Registration | None:
+    found = _registrations(spark, catalog).get(stream_table)
     # A copy: the caller may change it (a rebuild keeps the old creation time on a new one).
     return None if found is None else replace(found, sources=list(found.sources))
+
+
+def readers_of(spark: Any, catalog: str, stream_table: str) -> list[tuple[str, str]]:
+    """The stream tables whose query reads `stream_table` (schema, name)."""
+    return [
+        (found.schema_name, found.table_name)
+        for found in _registrations(spark, catalog).values()
+        if stream_table in found.sources
+    ]
 
 
 def _one_row(spark: Any, values: dict[str, Any], columns: str) -> Any:
@@ -257,10 +270,19 @@ def recent_refreshes(spark: Any, catalog: str, stream_table: str) -> list[PastRe
     return list(_RECENT.get(spark, (catalog, "refresh_history"), read).get(stream_table, []))
 
 
-def compact(spark: Any, catalog: str) -> None:
+def compact(spark: Any, catalog: str) -> list[str]:
     """Compact the catalog tables that outgrew `upkeep.COMPACT_AT_FILES` and expire their old
-    snapshots. Their rows stay the same, so what this process read of them stays valid."""
+    snapshots; why a table could not be (each table on its own). Their rows stay the same, so what
+    this process read of them stays valid."""
+    failed = []
     for name, cache in (("stream_tables", _REGISTRATIONS), ("refresh_history", _RECENT)):
-        with COMMIT_LOCK:
-            if upkeep.compact_catalog_table(spark, (catalog, name)):
-                cache.after_commit(spark, (catalog, name), lambda _: None)
+        try:
+            # Counted outside the lock, which other threads' history appends wait on.
+            if upkeep.catalog_files(spark, (catalog, name))[1] < upkeep.COMPACT_AT_FILES:
+                continue
+            with COMMIT_LOCK:
+                if upkeep.compact_catalog_table(spark, (catalog, name)):
+                    cache.after_commit(spark, (catalog, name), lambda _: None)
+        except Exception as error:
+            failed.append(f"{name}: {failures.summary(error)}")
+    return failed

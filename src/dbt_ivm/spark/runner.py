@@ -68,7 +68,7 @@ from dbt_ivm.spark import (
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable, incomparable
 from dbt_ivm.spark.commit import Stamp, commit_with, current_stamp, stamp_without_data
-from dbt_ivm.spark.iceberg import current_snapshot_id
+from dbt_ivm.spark.iceberg import current_snapshot_id, quoted_name
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 
 KILL_POINTS = ("before_changes", "before_merge", "during_merge", "after_merge", "after_history")
@@ -199,19 +199,26 @@ def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
 def _upkeep(spark: Any, spec: StreamTableSpec) -> list[str]:
     """Keep the catalog tables and the stream table from growing with every refresh (`upkeep`);
     a failure is a warning, never the run's."""
-    warnings = []
-    for what, step in (
-        ("the catalog tables", lambda: registry.compact(spark, spec.catalog_schema)),
-        ("the stream table's snapshots", lambda: upkeep.expire_stream_table(spark, _parts(spec))),
-    ):
-        try:
-            step()
-        except Exception as error:
-            reason = failures.readable(error) or str(error).splitlines()[0]
-            warnings.append(
-                f"model {spec.model}: upkeep of {what} failed, the next run tries again: {reason}"
-            )
-    return warnings
+    failed = registry.compact(spark, spec.catalog_schema)
+    try:
+        with _refresh_lock(spec):  # expiry commits to the stream table, as a refresh does
+            upkeep.expire_stream_table(spark, _parts(spec), lambda: _read_from(spark, spec))
+    except Exception as error:
+        failed.append(f"its snapshots: {failures.summary(error)}")
+    return [f"model {spec.model}: upkeep failed, the next run tries again: {why}" for why in failed]
+
+
+def _read_from(spark: Any, spec: StreamTableSpec) -> list[int]:
+    """The snapshots of this stream table where the stream tables reading it start their next batch."""
+    key = _key(spec)
+    starts = []
+    for reader in registry.readers_of(spark, spec.catalog_schema, key):
+        if not spark.catalog.tableExists(quoted_name(reader)):
+            continue  # a reader whose table is gone (dbt-ivm gc forgets it) needs nothing
+        _, stamp = current_stamp(spark, reader)  # fails the expiry (a warning) if unreadable
+        if stamp is not None and key in stamp.frontier:
+            starts.append(stamp.frontier[key])
+    return starts
 
 
 def _keep_run_settings(

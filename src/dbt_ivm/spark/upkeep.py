@@ -12,23 +12,26 @@ again):
 * **the catalog tables** (``stream_tables``, ``refresh_history``: ours alone) are compacted into one
   file once they hold `COMPACT_AT_FILES` data and delete files, and then lose their snapshots older
   than `CATALOG_SNAPSHOT_SECONDS` beyond the newest `CATALOG_SNAPSHOTS_KEPT` (a reader that looked up
-  the current snapshot a moment ago still finds it);
+  the current snapshot a moment ago still finds it, unless ten commits came in between);
 * **the stream table** loses the snapshots its own Iceberg retention properties let go
   (``history.expire.max-snapshot-age-ms``, 5 days unless the model sets it;
   ``history.expire.min-snapshots-to-keep``), but never the one whose stamp holds the frontier
-  (`commit.current_stamp`), and only once the oldest is a tenth of that age past it, so expiry is
-  one commit now and then, not one per refresh;
+  (`commit.current_stamp`) nor those where stream tables over it start their next batch, and only
+  once the oldest is a tenth of that age past it, so expiry is one commit now and then, not one per
+  refresh; a table with ``gc.enabled=false`` is left alone, as Iceberg would;
 * **all of them** delete each ``metadata.json`` once `METADATA_VERSIONS` newer ones exist
   (`METADATA_PROPERTIES`, set where missing; a model's own value is kept).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from dbt_ivm.spark.commit import stamped_snapshot
-from dbt_ivm.spark.iceberg import TableName, load_table
+from dbt_ivm.spark.iceberg import TableName, count, load_table, quoted_name
 
 COMPACT_AT_FILES = 64
 CATALOG_SNAPSHOT_SECONDS = 600
@@ -38,11 +41,11 @@ METADATA_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": str(METADATA_VERSIONS),
 }
-# Iceberg's own defaults for a table that does not set them (TableProperties).
 MAX_SNAPSHOT_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
-MIN_SNAPSHOTS_PROPERTY = "history.expire.min-snapshots-to-keep"
-DEFAULT_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 3600 * 1000
-DEFAULT_MIN_SNAPSHOTS = 1
+DEFAULT_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 3600 * 1000  # Iceberg's, for a table that does not set it
+# Catalog tables this process has given `METADATA_PROPERTIES` (they are never taken away).
+_PROPERTIES_SET: set[str] = set()
+_properties_lock = threading.Lock()
 
 
 def with_metadata_properties(loaded: Any) -> None:
@@ -56,19 +59,29 @@ def with_metadata_properties(loaded: Any) -> None:
         update.commit()
 
 
+def catalog_files(spark: Any, table: TableName) -> tuple[Any, int]:
+    """The catalog table, loaded, with its metadata properties set (once per process), and how
+    many data and delete files it holds."""
+    loaded = load_table(spark, table)
+    with _properties_lock:
+        if quoted_name(table) not in _PROPERTIES_SET:
+            with_metadata_properties(loaded)
+            _PROPERTIES_SET.add(quoted_name(table))
+    snapshot = loaded.currentSnapshot()
+    return loaded, 0 if snapshot is None else files(snapshot.summary())
+
+
 def compact_catalog_table(spark: Any, table: TableName) -> bool:
     """Rewrite a catalog table into one file (deletes applied) once it holds `COMPACT_AT_FILES`
     files, then expire its old snapshots. The caller holds the registry's commit lock. Whether it
     compacted."""
-    loaded = load_table(spark, table)
-    with_metadata_properties(loaded)
-    snapshot = loaded.currentSnapshot()
-    if snapshot is None or _files(snapshot.summary()) < COMPACT_AT_FILES:
+    loaded, held = catalog_files(spark, table)
+    if held < COMPACT_AT_FILES:
         return False
     actions = spark.sparkContext._jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
     actions.rewriteDataFiles(loaded).option("rewrite-all", "true").execute()
     loaded.refresh()
-    if _int(loaded.currentSnapshot().summary().get("total-delete-files"), 0):
+    if count(loaded.currentSnapshot().summary().get("total-delete-files")):
         # The position deletes now name rows of files the rewrite replaced: this drops them.
         actions.rewritePositionDeletes(loaded).option("rewrite-all", "true").execute()
         loaded.refresh()
@@ -77,37 +90,42 @@ def compact_catalog_table(spark: Any, table: TableName) -> bool:
     return True
 
 
-def expire_stream_table(spark: Any, table: TableName) -> int:
-    """Expire the stream table's snapshots its retention properties let go, keeping the stamped one
-    and everything after it. How many snapshots went (0: none was due)."""
+def expire_stream_table(
+    spark: Any, table: TableName, still_read: Callable[[], Iterable[int]] = tuple
+) -> bool:
+    """Expire the stream table's snapshots its retention properties let go, keeping the stamped one,
+    those `still_read` names (where stream tables over it start their next batch: asked only when
+    expiry is due) and everything after them. The caller holds the table's refresh lock. Whether
+    it expired any."""
     loaded = load_table(spark, table)
-    with_metadata_properties(loaded)
     properties = loaded.properties()
-    max_age = _int(properties.get(MAX_SNAPSHOT_AGE_PROPERTY), DEFAULT_MAX_SNAPSHOT_AGE_MS)
-    keep = _int(properties.get(MIN_SNAPSHOTS_PROPERTY), DEFAULT_MIN_SNAPSHOTS)
+    if str(properties.get("gc.enabled", "true")).lower() == "false":
+        return False  # Iceberg refuses to expire such a table: its files may be shared
+    with_metadata_properties(loaded)
+    max_age = count(properties.get(MAX_SNAPSHOT_AGE_PROPERTY)) or DEFAULT_MAX_SNAPSHOT_AGE_MS
     stamped = stamped_snapshot(loaded)
     history = loaded.history()
     if stamped is None or history.isEmpty():
-        return 0
+        return False
     # Never past the stamped snapshot: the frontier lives on it (a compaction after it has none).
     cutoff = min(_now_ms() - max_age, int(stamped.timestampMillis()))
-    if int(history.get(0).timestampMillis()) >= cutoff - max_age // 10:
-        return 0
-    before = history.size()
-    loaded.expireSnapshots().expireOlderThan(cutoff).retainLast(max(keep, 1)).commit()
-    loaded.refresh()
-    return int(before - loaded.history().size())
+    oldest = int(history.get(0).timestampMillis())
+    if oldest >= cutoff - max_age // 10:
+        return False
+    for snapshot_id in still_read():
+        start = loaded.snapshot(snapshot_id)
+        if start is not None:
+            cutoff = min(cutoff, int(start.timestampMillis()))
+    if oldest >= cutoff:
+        return False
+    # How many to keep whatever their age: the table's history.expire.min-snapshots-to-keep.
+    loaded.expireSnapshots().expireOlderThan(cutoff).commit()
+    return True
 
 
-def _files(summary: Any) -> int:
-    return sum(_int(summary.get(k), 0) for k in ("total-data-files", "total-delete-files"))
-
-
-def _int(value: Any, default: int) -> int:
-    try:
-        return default if value is None else int(str(value))
-    except ValueError:
-        return default
+def files(summary: Any) -> int:
+    """Live data and delete files, from a snapshot's summary."""
+    return count(summary.get("total-data-files")) + count(summary.get("total-delete-files"))
 
 
 def _now_ms() -> int:
