@@ -81,6 +81,28 @@ def test_catalog_tables_stay_small(spark: Any, spark_schema: str, quick_upkeep: 
     assert registry.recent_refreshes(spark, f"{s}_ivm", f"{s}.totals") == kept
 
 
+def test_what_was_read_survives_a_compaction(spark: Any, spark_schema: str) -> None:
+    """A compaction of a catalog table (ours, or anyone's) changes no row: what this process read
+    of it is answered again without a Spark job."""
+    s = spark_schema
+    orders = _orders(spark, s)
+    refresh_and_check(spark, s, "big", f"SELECT id, amount FROM {orders} WHERE amount > 50", "create")
+    kept = registry.recent_refreshes(spark, f"{s}_ivm", f"{s}.big")
+    for _ in range(2):  # two files, then one
+        registry.record(spark, f"{s}_ivm", f"{s}.other", {"action": "SKIP", "status": "OK"})
+    spark.sql(
+        f"CALL spark_catalog.system.rewrite_data_files(table => '{s}_ivm.refresh_history', "
+        "options => map('rewrite-all', 'true'))"
+    )
+    context = spark.sparkContext
+    context.setJobGroup("after-compaction", "recent refreshes")
+    try:
+        assert registry.recent_refreshes(spark, f"{s}_ivm", f"{s}.big") == kept
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    assert list(context.statusTracker().getJobIdsForGroup("after-compaction")) == []
+
+
 def test_registry_with_deletes_is_compacted(spark: Any, spark_schema: str, quick_upkeep: None) -> None:
     """Re-registering (a changed query) deletes and inserts registry rows: merge-on-read delete files,
     which compaction applies and then drops."""

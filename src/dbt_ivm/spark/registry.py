@@ -273,16 +273,15 @@ def recent_refreshes(spark: Any, catalog: str, stream_table: str) -> list[PastRe
 def compact(spark: Any, catalog: str) -> list[str]:
     """Compact the catalog tables that outgrew `upkeep.COMPACT_AT_FILES` and expire their old
     snapshots; why a table could not be (each table on its own). Their rows stay the same, so what
-    this process read of them stays valid."""
+    this process read of them stays valid (`SnapshotCache` sees through compactions)."""
     failed = []
-    for name, cache in (("stream_tables", _REGISTRATIONS), ("refresh_history", _RECENT)):
+    for name in ("stream_tables", "refresh_history"):
         try:
             # Counted outside the lock, which other threads' history appends wait on.
             if upkeep.catalog_files(spark, (catalog, name))[1] < upkeep.COMPACT_AT_FILES:
                 continue
             with COMMIT_LOCK:
-                if upkeep.compact_catalog_table(spark, (catalog, name)):
-                    cache.after_commit(spark, (catalog, name), lambda _: None)
+                upkeep.compact_catalog_table(spark, (catalog, name))
         except Exception as error:
             failed.append(f"{name}: {failures.summary(error)}")
     return failed

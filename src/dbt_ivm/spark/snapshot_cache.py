@@ -4,7 +4,8 @@ The registry and the refresh history are read on every refresh (which query, how
 went), each read a Spark job of its own. An Iceberg table's current snapshot id is one metadata
 lookup (no job) and changes with every commit, so a value read from the table as of a snapshot holds
 for as long as that snapshot is current: the next read with the same snapshot returns the value kept.
-Any commit, from this process or another, moves the snapshot and the value is read again.
+Any commit, from this process or another, moves the snapshot and the value is read again, unless it
+only rewrote files (a compaction: Iceberg's ``replace`` snapshot, the same rows).
 
 A commit this process makes itself (a history row appended) need not cost the next read: when it is
 the only commit since the value was read (its parent is that snapshot), `after_commit` changes the
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from dbt_ivm.spark.iceberg import TableName, load_table, quoted_name
+from dbt_ivm.spark.iceberg import REPLACE, TableName, load_table, quoted_name
 
 T = TypeVar("T")
 
@@ -40,12 +41,17 @@ class SnapshotCache(Generic[T]):
         """The value for `table`'s current snapshot: kept, or `read(snapshot_id)` (which must read the
         table as of that snapshot; None: the table has none yet, it is empty)."""
         key = _key(spark, table)
-        snapshot = load_table(spark, table).currentSnapshot()
+        loaded = load_table(spark, table)
+        snapshot = loaded.currentSnapshot()
         snapshot_id = None if snapshot is None else int(snapshot.snapshotId())
         with self._lock:
             kept = self._kept.get(key)
-            if kept is not None and kept.snapshot_id == snapshot_id:
-                return kept.value
+        if kept is not None and (
+            kept.snapshot_id == snapshot_id or _rewritten_since(loaded, kept.snapshot_id)
+        ):
+            with self._lock:
+                self._kept[key] = _Kept(snapshot_id, kept.value)
+            return kept.value
         value = read(snapshot_id)
         with self._lock:
             self._kept[key] = _Kept(snapshot_id, value)
@@ -75,6 +81,21 @@ class SnapshotCache(Generic[T]):
     def forget(self) -> None:
         with self._lock:
             self._kept.clear()
+
+
+def _rewritten_since(loaded: Any, snapshot_id: int | None, most: int = 8) -> bool:
+    """Whether every commit since `snapshot_id` only rewrote files (a compaction: the same rows)."""
+    snapshot = loaded.currentSnapshot()
+    for _ in range(most):
+        if snapshot is None or snapshot_id is None or snapshot.operation() != REPLACE:
+            return False
+        parent = snapshot.parentId()
+        if parent is None:
+            return False
+        if int(parent) == snapshot_id:
+            return True
+        snapshot = loaded.snapshot(parent)
+    return False
 
 
 def _key(spark: Any, table: TableName) -> tuple[str, str]:
