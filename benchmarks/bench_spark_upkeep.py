@@ -48,7 +48,7 @@ def upkeep_off() -> Iterator[None]:
     saved = (upkeep.METADATA_PROPERTIES, upkeep.COMPACT_AT_FILES, upkeep.expire_stream_table)
     upkeep.METADATA_PROPERTIES = {}
     upkeep.COMPACT_AT_FILES = sys.maxsize
-    upkeep.expire_stream_table = lambda spark, table, still_read=tuple: False
+    upkeep.expire_stream_table = lambda spark, table, still_read=tuple: None
     try:
         yield
     finally:

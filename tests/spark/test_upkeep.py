@@ -228,13 +228,13 @@ def test_failed_upkeep_is_a_warning(spark: Any, spark_schema: str, monkeypatch: 
     sql = f"SELECT customer, COUNT(*) AS n FROM {orders} GROUP BY customer"
     refresh_and_check(spark, s, "counts", sql, "create")
 
-    def no_catalog(spark: Any, table: Any) -> Any:
+    def no_catalog(spark: Any, table: Any) -> bool:
         raise RuntimeError()
 
-    def no_expiry(spark: Any, table: Any, still_read: Any) -> bool:
+    def no_expiry(spark: Any, table: Any, still_read: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(upkeep, "catalog_files", no_catalog)
+    monkeypatch.setattr(upkeep, "catalog_upkeep_due", no_catalog)
     monkeypatch.setattr(upkeep, "expire_stream_table", no_expiry)
     _write(spark, orders, 1)
     result = run_stream_table(spark, make_spec(s, "counts", sql))

@@ -277,11 +277,10 @@ def compact(spark: Any, catalog: str) -> list[str]:
     failed = []
     for name in ("stream_tables", "refresh_history"):
         try:
-            # Counted outside the lock, which other threads' history appends wait on.
-            if upkeep.catalog_files(spark, (catalog, name))[1] < upkeep.COMPACT_AT_FILES:
-                continue
-            with COMMIT_LOCK:
-                upkeep.compact_catalog_table(spark, (catalog, name))
+            # Asked outside the lock, which other threads' history appends wait on.
+            if upkeep.catalog_upkeep_due(spark, (catalog, name)):
+                with COMMIT_LOCK:
+                    upkeep.tidy_catalog_table(spark, (catalog, name))
         except Exception as error:
             failed.append(f"{name}: {failures.summary(error)}")
     return failed

@@ -6,8 +6,8 @@ compacts them, and each ``metadata.json`` lists every live snapshot. 2,000 histo
 without upkeep left 2,000 one-row data files (a cold read of AUTO's recent refreshes went from 0.4 to
 5.1 s) and 12,000 metadata files, 1.8 GB on disk (docs/benchmarks.md).
 
-So, after each run (`after_run`), and never failing it (a failure is a warning; the next run tries
-again):
+So, after each run (``runner._upkeep``), and never failing it (a failure is a warning; the next run
+tries again):
 
 * **the catalog tables** (``stream_tables``, ``refresh_history``: ours alone) are compacted into one
   file once they hold `COMPACT_AT_FILES` data and delete files, and then lose their snapshots older
@@ -25,7 +25,6 @@ again):
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -45,7 +44,6 @@ MAX_SNAPSHOT_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
 DEFAULT_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 3600 * 1000  # Iceberg's, for a table that does not set it
 # Catalog tables this process has given `METADATA_PROPERTIES` (they are never taken away).
 _PROPERTIES_SET: set[str] = set()
-_properties_lock = threading.Lock()
 
 
 def with_metadata_properties(loaded: Any) -> None:
@@ -59,23 +57,25 @@ def with_metadata_properties(loaded: Any) -> None:
         update.commit()
 
 
-def catalog_files(spark: Any, table: TableName) -> tuple[Any, int]:
-    """The catalog table, loaded, with its metadata properties set (once per process), and how
-    many data and delete files it holds."""
+def catalog_upkeep_due(spark: Any, table: TableName) -> bool:
+    """Whether a catalog table needs `tidy_catalog_table`: this process has not yet checked its
+    metadata properties, or it holds `COMPACT_AT_FILES` data and delete files."""
+    if quoted_name(table) not in _PROPERTIES_SET:
+        return True
+    snapshot = load_table(spark, table).currentSnapshot()
+    return snapshot is not None and files(snapshot.summary()) >= COMPACT_AT_FILES
+
+
+def tidy_catalog_table(spark: Any, table: TableName) -> None:
+    """Give a catalog table its metadata properties (once per process), and once it holds
+    `COMPACT_AT_FILES` files rewrite it into one (deletes applied) and expire its old snapshots.
+    The caller holds the registry's commit lock: each step is a commit."""
     loaded = load_table(spark, table)
-    with _properties_lock:
-        if quoted_name(table) not in _PROPERTIES_SET:
-            with_metadata_properties(loaded)
-            _PROPERTIES_SET.add(quoted_name(table))
+    if quoted_name(table) not in _PROPERTIES_SET:
+        with_metadata_properties(loaded)
+        _PROPERTIES_SET.add(quoted_name(table))
     snapshot = loaded.currentSnapshot()
-    return loaded, 0 if snapshot is None else files(snapshot.summary())
-
-
-def compact_catalog_table(spark: Any, table: TableName) -> None:
-    """Rewrite a catalog table into one file (deletes applied) once it holds `COMPACT_AT_FILES`
-    files, then expire its old snapshots. The caller holds the registry's commit lock."""
-    loaded, held = catalog_files(spark, table)
-    if held < COMPACT_AT_FILES:
+    if snapshot is None or files(snapshot.summary()) < COMPACT_AT_FILES:
         return
     actions = spark.sparkContext._jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
     actions.rewriteDataFiles(loaded).option("rewrite-all", "true").execute()
@@ -90,35 +90,34 @@ def compact_catalog_table(spark: Any, table: TableName) -> None:
 
 def expire_stream_table(
     spark: Any, table: TableName, still_read: Callable[[], Iterable[int]] = tuple
-) -> bool:
+) -> None:
     """Expire the stream table's snapshots its retention properties let go, keeping the stamped one,
     those `still_read` names (where stream tables over it start their next batch: asked only when
-    expiry is due) and everything after them. The caller holds the table's refresh lock. Whether
-    it expired any."""
+    expiry is due) and everything after them; set its metadata properties where missing (a table
+    made before they were ours). The caller holds the table's refresh lock: each is a commit."""
     loaded = load_table(spark, table)
+    with_metadata_properties(loaded)
     properties = loaded.properties()
     if str(properties.get("gc.enabled", "true")).lower() == "false":
-        return False  # Iceberg refuses to expire such a table: its files may be shared
-    with_metadata_properties(loaded)
+        return  # Iceberg refuses to expire such a table: its files may be shared
     max_age = count(properties.get(MAX_SNAPSHOT_AGE_PROPERTY)) or DEFAULT_MAX_SNAPSHOT_AGE_MS
     stamped = stamped_snapshot(loaded)
     history = loaded.history()
     if stamped is None or history.isEmpty():
-        return False
+        return
     # Never past the stamped snapshot: the frontier lives on it (a compaction after it has none).
     cutoff = min(_now_ms() - max_age, int(stamped.timestampMillis()))
     oldest = int(history.get(0).timestampMillis())
     if oldest >= cutoff - max_age // 10:
-        return False
+        return
     for snapshot_id in still_read():
         start = loaded.snapshot(snapshot_id)
         if start is not None:
             cutoff = min(cutoff, int(start.timestampMillis()))
     if oldest >= cutoff:
-        return False
+        return
     # How many to keep whatever their age: the table's history.expire.min-snapshots-to-keep.
     loaded.expireSnapshots().expireOlderThan(cutoff).commit()
-    return True
 
 
 def files(summary: Any) -> int:
