@@ -20,7 +20,7 @@ from tests.spark.oracle import make_spec, refresh_and_check
 
 pytestmark = pytest.mark.spark
 
-RUNS = 12
+RUNS = 8
 
 
 @pytest.fixture
@@ -58,10 +58,10 @@ def test_catalog_tables_stay_small(spark: Any, spark_schema: str, quick_upkeep: 
     s = spark_schema
     orders = _orders(spark, s)
     sql = f"SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM {orders} GROUP BY customer"
-    refresh_and_check(spark, s, "totals", sql, "create")
+    refresh_and_check(spark, s, "totals", sql, "create", refresh_mode="differential")
     for run in range(RUNS):
         _write(spark, orders, run)
-        result = refresh_and_check(spark, s, "totals", sql, f"run {run}", refresh_mode="auto")
+        result = refresh_and_check(spark, s, "totals", sql, f"run {run}", refresh_mode="differential")
         assert result.action == "DIFFERENTIAL", result.summary()
         assert not result.warnings, result.warnings
     history = (f"{s}_ivm", "refresh_history")
@@ -128,18 +128,24 @@ def test_stream_table_snapshots_expire_but_not_the_frontier(spark: Any, spark_sc
     orders = _orders(spark, s)
     sql = f"SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM {orders} GROUP BY customer"
     retention = {"history.expire.max-snapshot-age-ms": "1"}
-    refresh_and_check(spark, s, "totals", sql, "create", table_properties=retention)
+    refresh_and_check(
+        spark, s, "totals", sql, "create", table_properties=retention, refresh_mode="differential"
+    )
     stream_table = (s, "totals")
     for run in range(4):
         _write(spark, orders, run)
-        result = refresh_and_check(spark, s, "totals", sql, f"run {run}", table_properties=retention)
+        result = refresh_and_check(
+            spark, s, "totals", sql, f"run {run}", table_properties=retention, refresh_mode="differential"
+        )
         assert result.action == "DIFFERENTIAL" and not result.warnings, result.summary()
         assert len(list(load_table(spark, stream_table).snapshots())) <= 2
     # A compaction of the stream table carries no stamp: its parent must survive the next expiry.
     spark.sql(
         f"CALL spark_catalog.system.rewrite_data_files(table => '{s}.totals', options => map('rewrite-all', 'true'))"
     )
-    quiet = refresh_and_check(spark, s, "totals", sql, "nothing changed", table_properties=retention)
+    quiet = refresh_and_check(
+        spark, s, "totals", sql, "nothing changed", table_properties=retention, refresh_mode="differential"
+    )
     assert quiet.action == "SKIP", quiet.summary()  # its upkeep saw the compaction as newest
     for run in range(4, 7):
         _write(spark, orders, run)
@@ -159,18 +165,24 @@ def test_a_stream_table_read_by_another_keeps_its_start(spark: Any, spark_schema
     totals = f"SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM {orders} GROUP BY customer"
     rich = f"SELECT customer, total FROM {s}.totals WHERE total > 800"
     retention = {"history.expire.max-snapshot-age-ms": "1"}
-    refresh_and_check(spark, s, "totals", totals, "create", table_properties=retention)
+    refresh_and_check(
+        spark, s, "totals", totals, "create", table_properties=retention, refresh_mode="differential"
+    )
     refresh_and_check(spark, s, "rich", rich, "create", refresh_mode="differential")
     for run in range(4):
         _write(spark, orders, run)
-        result = refresh_and_check(spark, s, "totals", totals, f"run {run}", table_properties=retention)
+        result = refresh_and_check(
+            spark, s, "totals", totals, f"run {run}", table_properties=retention, refresh_mode="differential"
+        )
         assert result.action == "DIFFERENTIAL" and not result.warnings, result.summary()
     assert len(list(load_table(spark, (s, "totals")).snapshots())) == 5  # rich's start and after
     result = refresh_and_check(spark, s, "rich", rich, "downstream", refresh_mode="differential")
     assert result.action in ("DIFFERENTIAL", "SKIP"), result.summary()
     # rich moved on: the next run of totals lets the older snapshots go.
     _write(spark, orders, 4)
-    refresh_and_check(spark, s, "totals", totals, "after rich", table_properties=retention)
+    refresh_and_check(
+        spark, s, "totals", totals, "after rich", table_properties=retention, refresh_mode="differential"
+    )
     assert len(list(load_table(spark, (s, "totals")).snapshots())) <= 2
 
 
@@ -226,7 +238,7 @@ def test_failed_upkeep_is_a_warning(spark: Any, spark_schema: str, monkeypatch: 
     s = spark_schema
     orders = _orders(spark, s)
     sql = f"SELECT customer, COUNT(*) AS n FROM {orders} GROUP BY customer"
-    refresh_and_check(spark, s, "counts", sql, "create")
+    refresh_and_check(spark, s, "counts", sql, "create", refresh_mode="differential")
 
     def no_catalog(spark: Any, table: Any) -> bool:
         raise RuntimeError()
@@ -237,7 +249,7 @@ def test_failed_upkeep_is_a_warning(spark: Any, spark_schema: str, monkeypatch: 
     monkeypatch.setattr(upkeep, "catalog_upkeep_due", no_catalog)
     monkeypatch.setattr(upkeep, "expire_stream_table", no_expiry)
     _write(spark, orders, 1)
-    result = run_stream_table(spark, make_spec(s, "counts", sql))
+    result = run_stream_table(spark, make_spec(s, "counts", sql, refresh_mode="differential"))
     assert result.action == "DIFFERENTIAL", result.summary()
     assert sorted(result.warnings) == [
         "model counts: upkeep failed, the next run tries again: its snapshots: disk full",
