@@ -150,7 +150,13 @@ def test_stream_table_snapshots_expire_but_not_the_frontier(spark: Any, spark_sc
     for run in range(4, 7):
         _write(spark, orders, run)
         result = refresh_and_check(
-            spark, s, "totals", sql, f"after compaction {run}", table_properties=retention
+            spark,
+            s,
+            "totals",
+            sql,
+            f"after compaction {run}",
+            table_properties=retention,
+            refresh_mode="differential",
         )
         assert result.action == "DIFFERENTIAL" and not result.warnings, result.summary()
     properties = dict(load_table(spark, stream_table).properties())
