@@ -9,9 +9,10 @@ Three kinds of stream table:
   aggregate (MIN, MAX, HAVING …, see `Aggregate.recomputed`) keeps no state: its touched groups are
   recomputed from their rows.
 * ``keyed`` — a select/project/join over tables that all have primary keys; every result row is
-  identified by the primary keys of the source rows it came from: the query's own column when it
-  selects a key column as it is, else a hidden ``__ivm_k*`` column (NULL for the missing partner of
-  an outer join, which still leaves the row's key unique).
+  identified by the primary keys of the source rows it came from, less those the others determine
+  (an order joined on its customer's key is identified by the order alone, `plan.determined`): the
+  query's own column when it selects a key column as it is, else a hidden ``__ivm_k*`` column (NULL
+  for the missing partner of an outer join, which still leaves the row's key unique).
 * ``multiset`` — anything else (a table without a primary key, a subquery in FROM, a set
   operation): identical rows may repeat; rows are identified by their values plus an ordinal
   ``__ivm_dup`` (1..n among identical rows).
@@ -35,6 +36,10 @@ Three kinds of stream table:
 >>> lay = layout_of(plan)  # the order's key is a column of the query; the customer's is not
 >>> lay.kind, lay.key, lay.hidden
 ('keyed', ('order_id', '__ivm_k1_1'), ('__ivm_k1_1',))
+>>> plan = build_plan("SELECT o.id AS order_id, c.name FROM orders o JOIN customers c ON o.id = c.id",
+...                   StaticCatalog([orders, customers]), "order_names")
+>>> layout_of(plan).key, layout_of(plan).hidden  # on the customer's key: one customer per order
+(('order_id',), ())
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.count_star import COUNT_STAR
 from dbt_ivm.delta.aggregates.sum import SUM
 from dbt_ivm.plan.build import agg_placeholder, group_placeholder
+from dbt_ivm.plan.determined import identifying_scans
 from dbt_ivm.plan.nodes import AggCall, Aggregate, Plan, Project, Scan, items_of, never_null, padded_aliases
 from dbt_ivm.reserved import internal_column
 
@@ -113,7 +119,7 @@ def key_never_null(plan: Plan, layout: Layout) -> bool:
         return all(never_null(key, plan.input) for key in plan.group_by)
     if layout.kind == "keyed" and isinstance(plan, Project):
         padded = padded_aliases(plan.input)
-        return not any(scan.alias in padded for scan in keyed_scans(plan) or ())
+        return not any(scan.alias in padded for scan, _, _ in stored_keys(plan))
     return False
 
 
@@ -128,16 +134,30 @@ def keyed_scans(plan: Plan) -> tuple[Scan, ...] | None:
 
 
 def stored_keys(plan: Project) -> list[tuple[Scan, str, str]]:
-    """Each keyed scan's primary key columns (internal names) with the stream-table column that holds
-    them: the query's own output when it selects the key column as it is, else a hidden one."""
+    """The primary key columns (internal names) of each scan that identifies a keyed projection's
+    rows — not those the other scans determine (`determined.identifying_scans`) — with the
+    stream-table column that holds each: the query's own output when it selects the key column as it
+    is, else a hidden one."""
+    scans = keyed_scans(plan)
+    if scans is None:
+        return []
+    shown = frozenset(
+        scan.alias
+        for scan in scans
+        if all(_shown_as(plan, scan, internal_column(scan.table, pk)) for pk in scan.table.primary_key)
+    )
     found = []
-    for scan in keyed_scans(plan) or ():
+    for scan in identifying_scans(plan.input, shown):
         for index, pk in enumerate(scan.table.primary_key, 1):
             name = internal_column(scan.table, pk)
-            column = exp.column(name, scan.alias, quoted=True)
-            shown = next((o.name for o in plan.outputs if o.expression == column), None)
-            found.append((scan, name, shown or key_column(scan.position, index)))
+            found.append((scan, name, _shown_as(plan, scan, name) or key_column(scan.position, index)))
     return found
+
+
+def _shown_as(plan: Project, scan: Scan, name: str) -> str | None:
+    """The output that is the scan's column `name` as it is."""
+    column = exp.column(name, scan.alias, quoted=True)
+    return next((o.name for o in plan.outputs if o.expression == column), None)
 
 
 def _aggregate_layout(plan: Aggregate, user: tuple[str, ...]) -> Layout:

@@ -352,3 +352,57 @@ def test_a_table_built_with_an_earlier_layout_is_rebuilt(pg_conn: Any) -> None:
     assert result.reason is not None and "bookkeeping columns differently" in result.reason, result.reason
     assert "__ivm_k0_1" in result.reason
     assert refresh_and_check(pg_conn, "big_orders", sql).action in ("SKIP", "DIFFERENTIAL")
+
+
+def test_a_join_on_a_tables_whole_key_stores_no_key_of_it(pg_conn: Any) -> None:
+    """Orders LEFT JOIN customers on the customer's primary key: each order meets at most one
+    customer, so the order's key alone identifies a row and the table holds only the query's columns,
+    through a customer's key changing, a customer deleted and added again, and an order waiting for
+    its customer. A table an earlier dbt-ivm built with the customer's key stored is rebuilt once."""
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (id int PRIMARY KEY, name text);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric);"
+        "INSERT INTO customers VALUES (1, 'alice'), (2, 'bob');"
+        "INSERT INTO orders VALUES (1, 1, 5), (2, 1, 7), (3, 2, 9), (4, NULL, 1)",
+    )
+    sql = "SELECT o.id, o.amount, c.name FROM orders o LEFT JOIN customers c ON o.customer_id = c.id"
+    refresh_and_check(pg_conn, "st", sql)
+
+    def stored_columns() -> list[str]:
+        return [
+            str(c)
+            for (c,) in rows(
+                pg_conn,
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'st'::regclass AND attnum > 0 "
+                "AND NOT attisdropped ORDER BY attnum",
+            )
+        ]
+
+    assert stored_columns() == ["id", "amount", "name"]
+    indexes = [str(d) for (d,) in rows(pg_conn, "SELECT indexdef FROM pg_indexes WHERE tablename = 'st'")]
+    assert len(indexes) == 1 and "(id)" in indexes[0], indexes  # the order's key, matched by `=`
+    batches = [
+        "UPDATE customers SET id = 10 WHERE id = 1; UPDATE orders SET customer_id = 10 WHERE id = 1",
+        "DELETE FROM customers WHERE id = 2; INSERT INTO customers VALUES (2, 'bob again')",
+        "INSERT INTO orders VALUES (5, 3, 2); UPDATE orders SET customer_id = 2 WHERE id = 4",
+        "INSERT INTO customers VALUES (3, 'carol'); DELETE FROM customers WHERE id = 10",
+        "UPDATE customers SET name = 'bo' WHERE id = 2; UPDATE orders SET customer_id = 1 WHERE id = 3",
+    ]
+    for number, batch in enumerate(batches):
+        execute(pg_conn, batch)
+        result = refresh_and_check(pg_conn, "st", sql, f"batch {number}", refresh_mode="differential")
+        assert result.action == "DIFFERENTIAL", result.summary()
+
+    execute(
+        pg_conn,
+        "ALTER TABLE st ADD COLUMN __ivm_k1_1 int; UPDATE st SET __ivm_k1_1 = 0;"
+        f"UPDATE {CATALOG}.stream_tables SET shape = jsonb_set(jsonb_set(shape::jsonb, '{{columns}}', "
+        "(shape::jsonb -> 'columns') || '[[\"__ivm_k1_1\", \"integer\"]]'), '{key}', '[\"id\", \"__ivm_k1_1\"]')::text "
+        "WHERE stream_table = 'public.st'",
+    )
+    execute(pg_conn, "INSERT INTO orders VALUES (6, 3, 4)")
+    result = refresh_and_check(pg_conn, "st", sql, "after the upgrade")
+    assert result.action == "REBUILD", result.summary()
+    assert result.reason is not None and "bookkeeping columns differently" in result.reason, result.reason
+    assert stored_columns() == ["id", "amount", "name"]

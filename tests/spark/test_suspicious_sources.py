@@ -72,6 +72,20 @@ def test_a_declared_key_the_data_breaks_is_named_never_lost(spark: Any, spark_sc
         assert result.action == "DIFFERENTIAL", result.summary()
     refresh_and_check(spark, s, "late", keyed["big_orders"], "mended", refresh_mode="differential")
 
+    # An order meets its customer by the customer's whole key: the order's key alone identifies its
+    # row, and a second customer of one name is still named, not silently taken for the first.
+    assert [f.name for f in spark.table(f"{s}.order_tiers").schema.fields] == ["id", "tier"]
+    spark.sql(f"INSERT INTO {s}.customers VALUES ('alice', 'silver')")
+    with pytest.raises(KeyNotUnique) as raised:
+        run_stream_table(spark, make_spec(s, "order_tiers", keyed["order_tiers"], refresh_mode="auto"))
+    message = str(raised.value)
+    assert f"{s}.customers" in message and "name='alice'" in message, message
+    spark.sql(f"DELETE FROM {s}.customers WHERE tier = 'silver'")
+    result = refresh_and_check(
+        spark, s, "order_tiers", keyed["order_tiers"], "one alice", refresh_mode="differential"
+    )
+    assert result.action in ("DIFFERENTIAL", "SKIP"), result.summary()
+
     # Dropping the declaration instead: the stream table is rebuilt without the key.
     spark.sql(f"INSERT INTO {s}.orders VALUES (2, 'alice', 3)")
     spark.sql(f"ALTER TABLE {s}.orders DROP IDENTIFIER FIELDS id")

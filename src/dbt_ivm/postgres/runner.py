@@ -215,7 +215,10 @@ def shape_change(registered: str, current: str) -> str | None:
         )
     if changed:
         return f"the columns of its query or sources changed ({'; '.join(changed[:5])})"
-    return "the row key of the stream table changed (a source's primary key or a key's hashability)"
+    return (
+        "the row key of the stream table changed (a source's primary key, a key's hashability, or the "
+        "sources whose keys identify a join's rows)"
+    )
 
 
 def _call_types(

@@ -53,7 +53,7 @@ from dbt_ivm.layout import DUP, HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Plan, scans_in, whole_input_reason
 from dbt_ivm.plan.reads import columns_read
-from dbt_ivm.reserved import renamed_select, source_relation, table_of
+from dbt_ivm.reserved import is_reserved, renamed_select, source_relation, table_of
 from dbt_ivm.spark import apply as spark_apply
 from dbt_ivm.spark import (
     auto_cost,
@@ -293,6 +293,12 @@ def _columns_mismatch(spark: Any, spec: StreamTableSpec, compiled: Compiled) -> 
     if sorted(c.lower() for c in stored if c != DUP) == sorted(c.lower() for c in expected if c != DUP):
         now = "repeat (no key identifies them any more)" if DUP in expected else "are now identified by a key"
         return f"the stream table's rows {now}: it is stored anew"
+    differing = {c.lower() for c in stored} ^ {c.lower() for c in expected}
+    if all(is_reserved(c) for c in differing):
+        return (
+            "this version of dbt-ivm keeps the stream table's bookkeeping columns differently "
+            f"({', '.join(sorted(differing))})"
+        )
     return f"the stream table's columns {stored} no longer match its query's {expected}"
 
 
