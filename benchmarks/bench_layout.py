@@ -1,6 +1,7 @@
 """What the stream tables' leaner layout costs (issue 14, item 1): the key's hash as an index on an
-expression instead of a stored ``__ivm_hash`` column, and a key the query selects no longer stored
-twice as ``__ivm_k*``. The engine at a baseline commit and the engine of this tree run side by side
+expression instead of a stored ``__ivm_hash`` column, a key the query selects no longer stored
+twice as ``__ivm_k*``, no key at all for a table joined on its whole key, and aggregate state kept
+in the columns (or one hidden column) that hold the same quantity. The engine at a baseline commit and the engine of this tree run side by side
 on one PostgreSQL server, each in its own database cloned from one loaded template, each in a Python
 process of its own; every batch of changes is the same for both, and the two alternate.
 
@@ -27,6 +28,13 @@ STREAMS = {
     "customer_totals": "SELECT customer_id, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY customer_id",
     "big_orders": "SELECT id, customer_id, amount FROM orders WHERE amount > 100",
     "order_names": "SELECT o.id, c.name, o.amount FROM orders o JOIN customers c ON o.customer_id = c.id",
+    "order_customer": (
+        "SELECT o.id, c.name, o.amount FROM orders o LEFT JOIN customers c ON c.id = o.customer_id"
+    ),
+    "customer_stats": (
+        "SELECT customer_id, AVG(amount) AS mean, SUM(amount) AS total, COUNT(amount) AS n "
+        "FROM orders GROUP BY customer_id"
+    ),
 }
 CUSTOMERS = 10_000
 

@@ -63,6 +63,11 @@ def create_statements(schema: str, dialect: str) -> list[str]:
     raise ValueError(f"unknown dialect {dialect!r}; expected one of {DIALECTS}")
 
 
+# Stream tables that store the query's columns and nothing else: joins that meet each table on its
+# whole key (its key adds nothing to a row's identity) and aggregates whose state the outputs hold.
+ONLY_MODEL_COLUMNS = frozenset({"inner_join", "left_join", "left_chain", "inner_then_left", "shared_state"})
+
+
 def streams(s: str) -> dict[str, str]:
     """Stream table name -> defining query over the tables of schema `s`."""
     return {
@@ -157,6 +162,12 @@ def streams(s: str) -> dict[str, str]:
         "cte_aggregate_of_join": (
             f"WITH j AS (SELECT c.tier, o.amount FROM {s}.orders o JOIN {s}.customers c ON o.customer_id = c.id) "
             "SELECT tier, SUM(amount) AS total, COUNT(*) AS n, COUNT(amount) AS n_amount FROM j GROUP BY tier"
+        ),
+        # aggregate state shared: AVG's sum is `total`, its non-NULL count `n_amount`, and the row
+        # count `n` (COUNT of a key column): the table holds no hidden column
+        "shared_state": (
+            f"SELECT customer_id, AVG(amount) AS mean, SUM(amount) AS total, COUNT(amount) AS n_amount, "
+            f"COUNT(id) AS n FROM {s}.orders GROUP BY customer_id"
         ),
         # set operations (NULLs compare equal in set operations; multiplicities matter for ALL)
         "union_all": (

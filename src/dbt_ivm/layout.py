@@ -5,7 +5,8 @@ Three kinds of stream table:
 * ``aggregate`` — one row per group; key = the group keys; hidden state lets every aggregate be
   updated from its old value and the delta (a reference count, sums, non-NULL counts). State an
   output already holds is kept there (`Layout.shown_states`): a bare ``COUNT(*)`` is the reference
-  count, a bare ``SUM(x)`` its sum. A recomputed
+  count, a bare ``COUNT(x)`` the non-NULL count of x, a bare ``SUM(x)`` its sum; states of one
+  quantity share a column. A recomputed
   aggregate (MIN, MAX, HAVING …, see `Aggregate.recomputed`) keeps no state: its touched groups are
   recomputed from their rows.
 * ``keyed`` — a select/project/join over tables that all have primary keys; every result row is
@@ -30,6 +31,10 @@ Three kinds of stream table:
 ...                      StaticCatalog([orders]), "order_counts")
 >>> layout_of(counted).hidden, layout_of(counted).stored(COUNT)
 ((), 'n')
+>>> shared = build_plan("SELECT customer, AVG(amount) AS mean, SUM(amount) AS total, COUNT(amount) AS n, "
+...                     "COUNT(*) AS orders FROM orders GROUP BY customer", StaticCatalog([orders]), "stats")
+>>> layout_of(shared).hidden, layout_of(shared).stored("__ivm_a0_sum"), layout_of(shared).stored("__ivm_a0_nn")
+((), 'total', 'n')
 >>> customers = TableInfo("public", "customers", (Column("id", "int"), Column("name", "text")), ("id",))
 >>> plan = build_plan("SELECT o.id AS order_id, c.name FROM orders o JOIN customers c ON o.customer = c.name",
 ...                   StaticCatalog([orders, customers]), "order_names")
@@ -50,6 +55,8 @@ from typing import Literal
 from sqlglot import exp
 
 from dbt_ivm.delta.aggregates import REGISTRY
+from dbt_ivm.delta.aggregates.avg import AVG
+from dbt_ivm.delta.aggregates.count import COUNT as COUNT_NON_NULL
 from dbt_ivm.delta.aggregates.count_star import COUNT_STAR
 from dbt_ivm.delta.aggregates.sum import SUM
 from dbt_ivm.plan.build import agg_placeholder, group_placeholder
@@ -182,22 +189,53 @@ def _aggregate_layout(plan: Aggregate, user: tuple[str, ...]) -> Layout:
     )
 
 
+# What each state of an aggregate holds: the sum of its argument, or how many rows have it non-NULL.
+_STATE_KINDS = {
+    COUNT_NON_NULL.name: ("non_null",),
+    SUM.name: ("sum", "non_null"),
+    AVG.name: ("sum", "non_null"),
+}
+# The output of a bare call that holds one of those quantities as it is.
+_SHOWN_KIND = {COUNT_NON_NULL.name: "non_null", SUM.name: "sum"}
+
+
 def _shown_states(plan: Aggregate) -> dict[str, str]:
-    """The aggregate state an output already holds, by state: a bare COUNT(*) holds the row count, a
-    bare SUM(x) its sum; the non-NULL count of a column that cannot be NULL is the row count."""
-    shown: dict[str, str] = {}
+    """Where each state is kept when a column already holds it, by state. A bare COUNT(*) holds the
+    row count; a bare COUNT(x) the non-NULL count of x, and the row count when x cannot be NULL; a
+    bare SUM(x) its sum. States of the same quantity share one column (AVG(x) beside SUM(x) and
+    COUNT(x) keeps nothing of its own); the others get the hidden column named like them."""
+    holders: list[tuple[str, exp.Expr | None, str]] = []  # (quantity, argument, column)
+
+    def quantity(kind: str, argument: exp.Expr | None) -> tuple[str, exp.Expr | None]:
+        if kind == "non_null" and _never_null(plan, argument):
+            return "rows", None
+        return kind, argument
+
+    def holder(kind: str, argument: exp.Expr | None) -> str | None:
+        return next((c for k, a, c in holders if (k, a) == (kind, argument)), None)
+
     for call in plan.calls:
         output = _output_of(plan, agg_placeholder(call.index))
-        if call.func == COUNT_STAR.name and output is not None:
-            shown.setdefault(COUNT, output)
+        if output is None:
+            continue
+        if call.func == COUNT_STAR.name:
+            holders.append(("rows", None, output))
+        elif call.func in _SHOWN_KIND:
+            holders.append((*quantity(_SHOWN_KIND[call.func], call.argument), output))
+    shown: dict[str, str] = {}
+    rows = holder("rows", None)
+    if rows is not None:
+        shown[COUNT] = rows
+    else:
+        holders.append(("rows", None, COUNT))
     for call in plan.calls:
-        if call.func == SUM.name:
-            total, non_null = state_columns(call)
-            output = _output_of(plan, agg_placeholder(call.index))
-            if output is not None:
-                shown[total] = output
-            if _never_null(plan, call.argument):
-                shown[non_null] = shown.get(COUNT, COUNT)
+        for state, kind in zip(state_columns(call), _STATE_KINDS.get(call.func, ()), strict=True):
+            wanted = quantity(kind, call.argument)
+            column = holder(*wanted)
+            if column is None:
+                holders.append((*wanted, state))
+            else:
+                shown[state] = column
     return shown
 
 
@@ -208,7 +246,10 @@ def _output_of(plan: Aggregate, placeholder: str) -> str | None:
 
 
 def _never_null(plan: Aggregate, argument: exp.Expr | None) -> bool:
-    """Is `argument` a NOT NULL column of the aggregate's only table (no outer join can null it)?"""
+    """Is `argument` a literal, or a NOT NULL column of the aggregate's only table (no outer join can
+    null it)?"""
+    if isinstance(argument, exp.Literal):  # COUNT(1)
+        return True
     items = items_of(plan.input)
     if not isinstance(argument, exp.Column) or len(items) != 1 or not isinstance(items[0], Scan):
         return False

@@ -406,3 +406,34 @@ def test_a_join_on_a_tables_whole_key_stores_no_key_of_it(pg_conn: Any) -> None:
     assert result.action == "REBUILD", result.summary()
     assert result.reason is not None and "bookkeeping columns differently" in result.reason, result.reason
     assert stored_columns() == ["id", "amount", "name"]
+
+
+def test_aggregate_state_shares_the_columns_that_hold_it(pg_conn: Any) -> None:
+    """AVG(amount) beside SUM(amount), COUNT(amount) and COUNT(id): AVG's sum is `total`, its
+    non-NULL count `n_amount`, the group's row count `n` (id cannot be NULL). The table holds only
+    the query's columns, through NULL amounts coming and going and groups emptied and refilled."""
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric(10,2));"
+        "INSERT INTO orders VALUES (1, 1, 5), (2, 1, NULL), (3, 2, 9), (4, 3, NULL)",
+    )
+    sql = (
+        "SELECT customer_id, AVG(amount) AS mean, SUM(amount) AS total, COUNT(amount) AS n_amount, "
+        "COUNT(id) AS n FROM orders GROUP BY customer_id"
+    )
+    refresh_and_check(pg_conn, "st", sql)
+    stored = rows(
+        pg_conn,
+        "SELECT attname FROM pg_attribute WHERE attrelid = 'st'::regclass AND attnum > 0 AND NOT attisdropped",
+    )
+    assert sorted(str(c) for (c,) in stored) == sorted(["customer_id", "mean", "total", "n_amount", "n"])
+    batches = [
+        "UPDATE orders SET amount = NULL WHERE id = 1; UPDATE orders SET amount = 4 WHERE id = 4",
+        "DELETE FROM orders WHERE customer_id = 2; INSERT INTO orders VALUES (5, 3, NULL)",
+        "INSERT INTO orders VALUES (6, 2, NULL), (7, 2, 1.5); DELETE FROM orders WHERE id = 2",
+        "UPDATE orders SET customer_id = 1 WHERE id IN (4, 5); DELETE FROM orders WHERE id = 1",
+    ]
+    for number, batch in enumerate(batches):
+        execute(pg_conn, batch)
+        result = refresh_and_check(pg_conn, "st", sql, f"batch {number}", refresh_mode="differential")
+        assert result.action == "DIFFERENTIAL", result.summary()

@@ -14,8 +14,8 @@ import random
 
 import pytest
 
-from tests.postgres.streams import SCHEMA, connect, execute, refresh_and_check, seeded_shapes
-from tests.shapes import streams
+from tests.postgres.streams import SCHEMA, connect, execute, refresh_and_check, rows, seeded_shapes
+from tests.shapes import ONLY_MODEL_COLUMNS, streams
 
 pytestmark = pytest.mark.postgres
 
@@ -35,6 +35,14 @@ def test_shape_refreshes_differentially(pg_dsn: str, name: str) -> None:
         context = f"{name}, seed {SEED} (DBT_IVM_SHAPES_SEED)"
         created = refresh_and_check(conn, name, sql, f"{context}, create", refresh_mode="differential")
         assert created.action == "CREATE", f"{context}: {created.summary()}"
+        if name in ONLY_MODEL_COLUMNS:
+            stored = rows(
+                conn,
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                "AND NOT attisdropped AND attname LIKE '\\_\\_ivm\\_%%'",
+                (f"{SCHEMA}.{name}",),
+            )
+            assert not stored, f"{context}: hidden columns {stored}"
         for cycle in range(CYCLES):
             batch = workload.batch(CHANGES)
             in_transaction = rng.random() < 0.5
