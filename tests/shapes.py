@@ -64,8 +64,23 @@ def create_statements(schema: str, dialect: str) -> list[str]:
 
 
 # Stream tables that store the query's columns and nothing else: joins that meet each table on its
-# whole key (its key adds nothing to a row's identity) and aggregates whose state the outputs hold.
-ONLY_MODEL_COLUMNS = frozenset({"inner_join", "left_join", "left_chain", "inner_then_left", "shared_state"})
+# whole key (its key adds nothing to a row's identity), a table joined to an aggregate on its group
+# keys (one group per row), and aggregates whose state the outputs hold.
+ONLY_MODEL_COLUMNS = frozenset(
+    {
+        "inner_join",
+        "left_join",
+        "left_chain",
+        "inner_then_left",
+        "shared_state",
+        "derived_aggregate_join",
+        "derived_min_join",
+        "scalar_subquery_where",
+        "scalar_subquery_select",
+        "max_per_customer",
+        "top_total",
+    }
+)
 
 
 def streams(s: str) -> dict[str, str]:

@@ -9,14 +9,16 @@ Three kinds of stream table:
   quantity share a column. A recomputed
   aggregate (MIN, MAX, HAVING …, see `Aggregate.recomputed`) keeps no state: its touched groups are
   recomputed from their rows.
-* ``keyed`` — a select/project/join over tables that all have primary keys; every result row is
+* ``keyed`` — a select/project/join over items that all have keys (tables with primary keys,
+  derived tables grouped by columns they show, `item_keys`); every result row is
   identified by the primary keys of the source rows it came from, less those the others determine
-  (an order joined on its customer's key is identified by the order alone, `plan.determined`): the
+  (an order joined on its customer's key is identified by the order alone, `plan.determined`);
+  a derived table's group keys count as its key: the
   query's own column when it selects a key column as it is, else a hidden ``__ivm_k*`` column (NULL
   for the missing partner of an outer join, which still leaves the row's key unique).
-* ``multiset`` — anything else (a table without a primary key, a subquery in FROM, a set
-  operation): identical rows may repeat; rows are identified by their values plus an ordinal
-  ``__ivm_dup`` (1..n among identical rows).
+* ``multiset`` — anything else (a table without a primary key, a derived table without a key
+  such as a window, a set operation): identical rows may repeat; rows are identified by their
+  values plus an ordinal ``__ivm_dup`` (1..n among identical rows).
 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.plan import build_plan
@@ -49,6 +51,7 @@ Three kinds of stream table:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -60,8 +63,20 @@ from dbt_ivm.delta.aggregates.count import COUNT as COUNT_NON_NULL
 from dbt_ivm.delta.aggregates.count_star import COUNT_STAR
 from dbt_ivm.delta.aggregates.sum import SUM
 from dbt_ivm.plan.build import agg_placeholder, group_placeholder
-from dbt_ivm.plan.determined import identifying_scans
-from dbt_ivm.plan.nodes import AggCall, Aggregate, Plan, Project, Scan, items_of, never_null, padded_aliases
+from dbt_ivm.plan.determined import identifying_items
+from dbt_ivm.plan.nodes import (
+    AggCall,
+    Aggregate,
+    Derived,
+    Item,
+    Plan,
+    Project,
+    Relation,
+    Scan,
+    items_of,
+    never_null,
+    padded_aliases,
+)
 from dbt_ivm.reserved import internal_column
 
 Kind = Literal["aggregate", "keyed", "multiset"]
@@ -110,8 +125,8 @@ def layout_of(plan: Plan) -> Layout:
     user = tuple(plan.names)
     if isinstance(plan, Aggregate):
         return _aggregate_layout(plan, user)
-    if isinstance(plan, Project) and keyed_scans(plan) is not None:
-        keys = tuple(name for _, _, name in stored_keys(plan))
+    keys = tuple(name for _, _, name in stored_keys(plan)) if isinstance(plan, Project) else ()
+    if keys:
         return Layout("keyed", user, tuple(k for k in keys if k not in user), keys)
     return Layout("multiset", user, (), user)
 
@@ -126,45 +141,82 @@ def key_never_null(plan: Plan, layout: Layout) -> bool:
         return all(never_null(key, plan.input) for key in plan.group_by)
     if layout.kind == "keyed" and isinstance(plan, Project):
         padded = padded_aliases(plan.input)
-        return not any(scan.alias in padded for scan, _, _ in stored_keys(plan))
+        # A derived table's group key may be NULL (a group of NULLs).
+        return not any(isinstance(item, Derived) or item.alias in padded for item, _, _ in stored_keys(plan))
     return False
 
 
-def keyed_scans(plan: Plan) -> tuple[Scan, ...] | None:
-    """The scans whose primary keys identify a projection's rows (None: its rows have no key)."""
-    if not isinstance(plan, Project):
-        return None
-    items = items_of(plan.input)
-    if all(isinstance(i, Scan) and i.table.primary_key for i in items):
-        return tuple(i for i in items if isinstance(i, Scan))
+def item_keys(relation: Relation) -> dict[str, tuple[str, ...]] | None:
+    """Per item alias (FROM order), the columns that identify its rows as conditions name them: a
+    table's primary key, a derived table's `plan_key`. None: some item's rows may repeat."""
+    keys = {}
+    for item in items_of(relation):
+        key = (
+            tuple(internal_column(item.table, pk) for pk in item.table.primary_key) or None
+            if isinstance(item, Scan)
+            else plan_key(item.plan)
+        )
+        if key is None:
+            return None
+        keys[item.alias] = key
+    return keys
+
+
+def plan_key(plan: Plan) -> tuple[str, ...] | None:
+    """Output columns no two of the plan's rows share (empty: at most one row): an aggregate's group
+    keys, when it shows them all; a keyed projection's key, when it shows all of it. None: unknown."""
+    if isinstance(plan, Aggregate):
+        names = tuple(_output_of(plan, group_placeholder(i)) for i in range(len(plan.group_by)))
+        return None if any(n is None for n in names) else tuple(n for n in names if n is not None)
+    if isinstance(plan, Project):
+        keys = [column for _, _, column in stored_keys(plan)]
+        return tuple(keys) if keys and all(k in plan.names for k in keys) else None
     return None
 
 
-def stored_keys(plan: Project) -> list[tuple[Scan, str, str]]:
-    """The primary key columns (internal names) of each scan that identifies a keyed projection's
-    rows — not those the other scans determine (`determined.identifying_scans`) — with the
-    stream-table column that holds each: the query's own output when it selects the key column as it
-    is, else a hidden one."""
-    scans = keyed_scans(plan)
-    if scans is None:
+def stored_keys(plan: Project) -> list[tuple[Item, str, str]]:
+    """The key columns (as conditions name them) of each item that identifies a keyed projection's
+    rows — not those the others determine (`determined.identifying_items`) — with the stream-table
+    column that holds each: the query's own output when it selects the key column as it is, else a
+    hidden one. Empty: the projection's rows have no key."""
+    keys = item_keys(plan.input)
+    if keys is None:
         return []
-    shown = frozenset(
-        scan.alias
-        for scan in scans
-        if all(_shown_as(plan, scan, internal_column(scan.table, pk)) for pk in scan.table.primary_key)
-    )
+    items = {i.alias: i for i in items_of(plan.input)}
+    shown = frozenset(alias for alias, key in keys.items() if all(_shown_as(plan, alias, c) for c in key))
     found = []
-    for scan in identifying_scans(plan.input, shown):
-        for index, pk in enumerate(scan.table.primary_key, 1):
-            name = internal_column(scan.table, pk)
-            found.append((scan, name, _shown_as(plan, scan, name) or key_column(scan.position, index)))
+    for alias in identifying_items(plan.input, keys, _derived_key_types(items.values()), shown):
+        item = items[alias]
+        for index, name in enumerate(keys[alias], 1):
+            found.append((item, name, _shown_as(plan, alias, name) or key_column(item.position, index)))
     return found
 
 
-def _shown_as(plan: Project, scan: Scan, name: str) -> str | None:
-    """The output that is the scan's column `name` as it is."""
-    column = exp.column(name, scan.alias, quoted=True)
-    return next((o.name for o in plan.outputs if o.expression == column), None)
+def _derived_key_types(items: Iterable[Item]) -> dict[tuple[str, str], exp.DataType]:
+    """The type of each derived aggregate's group key column (a decorrelated subquery's columns
+    carry none), for `identifying_items` to compare a join's two sides."""
+    types = {}
+    for item in items:
+        if isinstance(item, Derived) and isinstance(item.plan, Aggregate):
+            for index, group in enumerate(item.plan.group_by):
+                name = _output_of(item.plan, group_placeholder(index))
+                if name is not None and group.type is not None:
+                    types[(item.alias, name)] = group.type
+    return types
+
+
+def _shown_as(plan: Project, alias: str, name: str) -> str | None:
+    """The output that is the item's column `name` as it is."""
+    return next(
+        (
+            o.name
+            for o in plan.outputs
+            if isinstance(o.expression, exp.Column)
+            and o.expression.table == alias
+            and o.expression.name == name
+        ),
+        None,
+    )
 
 
 def _aggregate_layout(plan: Aggregate, user: tuple[str, ...]) -> Layout:
