@@ -8,6 +8,7 @@ one loaded template, each in a Python process of its own; every batch of changes
 both, and the two alternate.
 
     python benchmarks/bench_layout.py --baseline 8d59678 [--orders 1000000] [--repeats 5] [--png FILE]
+        [--streams order_names,named_totals]
 
 Prints a markdown table (sizes, CREATE, refreshes of 1,000 and 10,000 changes); nothing here is a test.
 """
@@ -36,6 +37,9 @@ STREAMS = {
     "named_totals": (
         "SELECT c.id, c.name, t.total FROM customers c JOIN (SELECT customer_id, SUM(amount) AS total "
         "FROM orders GROUP BY customer_id) t ON t.customer_id = c.id"
+    ),
+    "order_extremes": (
+        "SELECT customer_id, MIN(amount) AS lo, MAX(amount) AS hi FROM orders GROUP BY customer_id"
     ),
     "customer_stats": (
         "SELECT customer_id, AVG(amount) AS mean, SUM(amount) AS total, COUNT(amount) AS n "
@@ -120,8 +124,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "dbt_ivm_bench_layout")
     parser.add_argument("--png", type=Path, default=None)
+    parser.add_argument("--streams", default=",".join(STREAMS), help="comma-separated stream tables to run")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for name in set(STREAMS) - set(args.streams.split(",")):
+        del STREAMS[name]
     if args.child:
         child(args.child)
         return 0
@@ -153,7 +160,16 @@ def main() -> int:
             cur.execute(f'CREATE DATABASE "{database}" TEMPLATE layout_template')
         admin.close()
         children[label] = subprocess.Popen(
-            [sys.executable, __file__, "--baseline", args.baseline, "--child", server.dsn(database)],
+            [
+                sys.executable,
+                __file__,
+                "--baseline",
+                args.baseline,
+                "--streams",
+                args.streams,
+                "--child",
+                server.dsn(database),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

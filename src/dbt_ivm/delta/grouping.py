@@ -251,29 +251,43 @@ def touched_groups(plan: Aggregate, changes: exp.Expr) -> exp.Select:
     )
 
 
-def in_groups(plan: Aggregate, groups: exp.Expr) -> exp.Exists:
-    """An input row's group is among `groups`: a correlated EXISTS (`among`)."""
+def in_groups(plan: Aggregate, groups: exp.Expr) -> exp.Expr:
+    """An input row's group is among `groups` (`among`)."""
     names = [group_placeholder(i) for i in range(len(plan.group_by))]
     return among(groups, names, list(plan.group_by), plan.input)
 
 
 def among(
     touched: exp.Expr, names: Sequence[str], values: Sequence[exp.Expr], relation: Relation | None
-) -> exp.Exists:
+) -> exp.Expr:
     """The `values` of a row (of `relation`, when they are its columns) are a row of `touched` (its
-    columns `names`), NULL matching NULL: a correlated EXISTS. A value that cannot be NULL is matched
-    with `=`, which an index or a hash join can serve."""
+    columns `names`), NULL matching NULL. Values that cannot be NULL: a correlated EXISTS on `=`,
+    which an index or a hash join can serve. Otherwise PostgreSQL could only test IS NOT DISTINCT
+    FROM row by row against every touched row; so `(values) IN (touched)`, one hash probe per row,
+    and only a row holding a NULL looks further:
+
+    >>> print(among(exp.to_table("t"), ["g"], [exp.column("k", "o")], None).sql("postgres"))
+    o.k IN (SELECT "__ivm_affected"."g" FROM t AS "__ivm_affected") OR ((o.k IS NULL) AND EXISTS(SELECT 1 FROM t AS "__ivm_affected" WHERE "__ivm_affected"."g" IS NOT DISTINCT FROM o.k))
+    """
     alias = "__ivm_affected"
-    matches: list[exp.Expr] = []
-    for name, value in zip(names, values, strict=True):
-        column = exp.column(name, alias, quoted=True)
-        if relation is not None and never_null(value, relation):
-            matches.append(exp.EQ(this=column, expression=value.copy()))
-        else:
-            matches.append(exp.NullSafeEQ(this=column, expression=value.copy()))
-    condition = conjunction(matches)
-    assert condition is not None, "at least one value"
-    return exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(condition))
+    columns = [exp.column(name, alias, quoted=True) for name in names]
+    if relation is not None and all(never_null(value, relation) for value in values):
+        condition = conjunction(
+            [exp.EQ(this=c, expression=v.copy()) for c, v in zip(columns, values, strict=True)]
+        )
+        assert condition is not None, "at least one value"
+        return exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(condition))
+    row = values[0].copy() if len(values) == 1 else exp.Tuple(expressions=[v.copy() for v in values])
+    listed = exp.In(
+        this=row,
+        query=exp.select(*[c.copy() for c in columns]).from_(aliased(touched.copy(), alias)).subquery(),
+    )
+    some_null = exp.or_(*[exp.Is(this=v.copy(), expression=exp.null()) for v in values])
+    null_safe = conjunction(
+        [exp.NullSafeEQ(this=c.copy(), expression=v.copy()) for c, v in zip(columns, values, strict=True)]
+    )
+    found = exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(null_safe))
+    return exp.or_(listed, exp.and_(exp.paren(some_null), found))
 
 
 def matching(keys: Sequence[str], left: str, right: str, not_null: Collection[str] = ()) -> exp.Expr:

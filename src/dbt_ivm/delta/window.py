@@ -116,7 +116,7 @@ def _group_key(source: Aggregate, output: exp.Expr) -> exp.Expr | None:
     return None
 
 
-def _in_touched(plan: Window, touched: exp.Expr, values: list[exp.Expr], source: Plan | None) -> exp.Exists:
+def _in_touched(plan: Window, touched: exp.Expr, values: list[exp.Expr], source: Plan | None) -> exp.Expr:
     """A row's partition values are among `touched`."""
     over = source.input if isinstance(source, Project | Aggregate) else None
     return grouping.among(touched, plan.partition_by, values, over)
