@@ -9,12 +9,11 @@ Three kinds of stream table:
   quantity share a column. A recomputed
   aggregate (MIN, MAX, HAVING …, see `Aggregate.recomputed`) keeps no state: its touched groups are
   recomputed from their rows.
-* ``keyed`` — a select/project/join over items that all have keys (tables with primary keys,
-  derived tables grouped by columns they show, `item_keys`); every result row is
-  identified by the primary keys of the source rows it came from, less those the others determine
-  (an order joined on its customer's key is identified by the order alone, `plan.determined`);
-  a derived table's group keys count as its key: the
-  query's own column when it selects a key column as it is, else a hidden ``__ivm_k*`` column (NULL
+* ``keyed`` — a select/project/join over items that all have keys (a table's primary key, a
+  derived table's group keys when it shows them, `item_keys`); every result row is identified by
+  the keys of the rows it came from, less those the others determine (an order joined on its
+  customer's key is identified by the order alone, `plan.determined`). Each key column is stored as
+  the query's own column when it selects it as it is, else as a hidden ``__ivm_k*`` column (NULL
   for the missing partner of an outer join, which still leaves the row's key unique).
 * ``multiset`` — anything else (a table without a primary key, a derived table without a key
   such as a window, a set operation): identical rows may repeat; rows are identified by their

@@ -7,6 +7,7 @@ must never fail because of capture.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -329,6 +330,27 @@ def test_a_redefined_view_rebuilds_the_stream_table(pg_conn: Any) -> None:
     assert later.action == "DIFFERENTIAL", later.summary()
 
 
+def _as_an_earlier_version_left_it(
+    conn: Any, table: str, column: tuple[str, str, str], key: list[str]
+) -> None:
+    """Give a stream table the bookkeeping column (name, type, value) an earlier dbt-ivm kept, and
+    its registered shape that column and the row key `key`, as that version left them."""
+    name, type_, value = column
+    execute(
+        conn,
+        f"ALTER TABLE {table} ADD COLUMN {name} {type_}; UPDATE {table} SET {name} = {value};"
+        f"UPDATE {CATALOG}.stream_tables SET shape = jsonb_set(jsonb_set(shape::jsonb, '{{columns}}', "
+        "(shape::jsonb -> 'columns') || %s::jsonb), '{key}', %s::jsonb)::text WHERE stream_table = %s",
+        (json.dumps([[name, type_]]), json.dumps(key), f"public.{table}"),
+    )
+
+
+def _rebuilt_for_its_layout(conn: Any, table: str, sql: str) -> None:
+    result = refresh_and_check(conn, table, sql, "after the upgrade")
+    assert result.action == "REBUILD", result.summary()
+    assert result.reason is not None and "bookkeeping columns differently" in result.reason, result.reason
+
+
 def test_a_table_built_with_an_earlier_layout_is_rebuilt(pg_conn: Any) -> None:
     """A stream table from a dbt-ivm that kept a hidden key the query's own column now holds (its
     registered shape and its table as that version left them) is rebuilt once, saying why."""
@@ -339,19 +361,35 @@ def test_a_table_built_with_an_earlier_layout_is_rebuilt(pg_conn: Any) -> None:
         pg_conn, "SELECT attname FROM pg_attribute WHERE attrelid = 'big_orders'::regclass AND attnum > 0"
     )
     assert sorted(c for (c,) in columns) == ["amount", "id"]  # the key is the query's own `id`
-    execute(
-        pg_conn,
-        "ALTER TABLE big_orders ADD COLUMN __ivm_k0_1 int; UPDATE big_orders SET __ivm_k0_1 = id;"
-        f"UPDATE {CATALOG}.stream_tables SET shape = jsonb_set(jsonb_set(shape::jsonb, '{{columns}}', "
-        "(shape::jsonb -> 'columns') || '[[\"__ivm_k0_1\", \"integer\"]]'), '{key}', '[\"__ivm_k0_1\"]')::text "
-        "WHERE stream_table = 'public.big_orders'",
-    )
+    _as_an_earlier_version_left_it(pg_conn, "big_orders", ("__ivm_k0_1", "integer", "id"), ["__ivm_k0_1"])
     execute(pg_conn, "INSERT INTO orders VALUES (3, 2, 'b', 9)")
     result = refresh_and_check(pg_conn, "big_orders", sql, "after the upgrade")
     assert result.action == "REBUILD", result.summary()
     assert result.reason is not None and "bookkeeping columns differently" in result.reason, result.reason
     assert "__ivm_k0_1" in result.reason
     assert refresh_and_check(pg_conn, "big_orders", sql).action in ("SKIP", "DIFFERENTIAL")
+
+
+def _stored_columns(conn: Any, table: str) -> list[str]:
+    """The stream table's columns, in table order."""
+    return [
+        str(c)
+        for (c,) in rows(
+            conn,
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum",
+            (table,),
+        )
+    ]
+
+
+def _refresh_after_each(conn: Any, streams: dict[str, str], batches: list[str]) -> None:
+    """Each batch, then a differential refresh of every stream table, checked against its query."""
+    for number, batch in enumerate(batches):
+        execute(conn, batch)
+        for name, sql in streams.items():
+            result = refresh_and_check(conn, name, sql, f"batch {number}", refresh_mode="differential")
+            assert result.action == "DIFFERENTIAL", (name, result.summary())
 
 
 def test_a_join_on_a_tables_whole_key_stores_no_key_of_it(pg_conn: Any) -> None:
@@ -368,18 +406,7 @@ def test_a_join_on_a_tables_whole_key_stores_no_key_of_it(pg_conn: Any) -> None:
     )
     sql = "SELECT o.id, o.amount, c.name FROM orders o LEFT JOIN customers c ON o.customer_id = c.id"
     refresh_and_check(pg_conn, "st", sql)
-
-    def stored_columns() -> list[str]:
-        return [
-            str(c)
-            for (c,) in rows(
-                pg_conn,
-                "SELECT attname FROM pg_attribute WHERE attrelid = 'st'::regclass AND attnum > 0 "
-                "AND NOT attisdropped ORDER BY attnum",
-            )
-        ]
-
-    assert stored_columns() == ["id", "amount", "name"]
+    assert _stored_columns(pg_conn, "st") == ["id", "amount", "name"]
     indexes = [str(d) for (d,) in rows(pg_conn, "SELECT indexdef FROM pg_indexes WHERE tablename = 'st'")]
     assert len(indexes) == 1 and "(id)" in indexes[0], indexes  # the order's key, matched by `=`
     batches = [
@@ -389,23 +416,12 @@ def test_a_join_on_a_tables_whole_key_stores_no_key_of_it(pg_conn: Any) -> None:
         "INSERT INTO customers VALUES (3, 'carol'); DELETE FROM customers WHERE id = 10",
         "UPDATE customers SET name = 'bo' WHERE id = 2; UPDATE orders SET customer_id = 1 WHERE id = 3",
     ]
-    for number, batch in enumerate(batches):
-        execute(pg_conn, batch)
-        result = refresh_and_check(pg_conn, "st", sql, f"batch {number}", refresh_mode="differential")
-        assert result.action == "DIFFERENTIAL", result.summary()
+    _refresh_after_each(pg_conn, {"st": sql}, batches)
 
-    execute(
-        pg_conn,
-        "ALTER TABLE st ADD COLUMN __ivm_k1_1 int; UPDATE st SET __ivm_k1_1 = 0;"
-        f"UPDATE {CATALOG}.stream_tables SET shape = jsonb_set(jsonb_set(shape::jsonb, '{{columns}}', "
-        "(shape::jsonb -> 'columns') || '[[\"__ivm_k1_1\", \"integer\"]]'), '{key}', '[\"id\", \"__ivm_k1_1\"]')::text "
-        "WHERE stream_table = 'public.st'",
-    )
+    _as_an_earlier_version_left_it(pg_conn, "st", ("__ivm_k1_1", "integer", "0"), ["id", "__ivm_k1_1"])
     execute(pg_conn, "INSERT INTO orders VALUES (6, 3, 4)")
-    result = refresh_and_check(pg_conn, "st", sql, "after the upgrade")
-    assert result.action == "REBUILD", result.summary()
-    assert result.reason is not None and "bookkeeping columns differently" in result.reason, result.reason
-    assert stored_columns() == ["id", "amount", "name"]
+    _rebuilt_for_its_layout(pg_conn, "st", sql)
+    assert _stored_columns(pg_conn, "st") == ["id", "amount", "name"]
 
 
 def test_aggregate_state_shares_the_columns_that_hold_it(pg_conn: Any) -> None:
@@ -422,21 +438,14 @@ def test_aggregate_state_shares_the_columns_that_hold_it(pg_conn: Any) -> None:
         "COUNT(id) AS n FROM orders GROUP BY customer_id"
     )
     refresh_and_check(pg_conn, "st", sql)
-    stored = rows(
-        pg_conn,
-        "SELECT attname FROM pg_attribute WHERE attrelid = 'st'::regclass AND attnum > 0 AND NOT attisdropped",
-    )
-    assert sorted(str(c) for (c,) in stored) == sorted(["customer_id", "mean", "total", "n_amount", "n"])
+    assert _stored_columns(pg_conn, "st") == ["customer_id", "mean", "total", "n_amount", "n"]
     batches = [
         "UPDATE orders SET amount = NULL WHERE id = 1; UPDATE orders SET amount = 4 WHERE id = 4",
         "DELETE FROM orders WHERE customer_id = 2; INSERT INTO orders VALUES (5, 3, NULL)",
         "INSERT INTO orders VALUES (6, 2, NULL), (7, 2, 1.5); DELETE FROM orders WHERE id = 2",
         "UPDATE orders SET customer_id = 1 WHERE id IN (4, 5); DELETE FROM orders WHERE id = 1",
     ]
-    for number, batch in enumerate(batches):
-        execute(pg_conn, batch)
-        result = refresh_and_check(pg_conn, "st", sql, f"batch {number}", refresh_mode="differential")
-        assert result.action == "DIFFERENTIAL", result.summary()
+    _refresh_after_each(pg_conn, {"st": sql}, batches)
 
 
 def test_a_join_to_an_aggregate_on_its_group_key_is_keyed(pg_conn: Any) -> None:
@@ -457,32 +466,18 @@ def test_a_join_to_an_aggregate_on_its_group_key_is_keyed(pg_conn: Any) -> None:
     }
     for name, sql in streams.items():
         refresh_and_check(pg_conn, name, sql)
-        stored = rows(
-            pg_conn,
-            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
-            (name,),
-        )
-        assert not [c for (c,) in stored if str(c).startswith("__ivm_")], (name, stored)
+        stored = _stored_columns(pg_conn, name)
+        assert not [c for c in stored if c.startswith("__ivm_")], (name, stored)
     batches = [
         "UPDATE orders SET customer_id = 3 WHERE id = 1; INSERT INTO customers VALUES (4, 'dave')",
         "DELETE FROM orders WHERE customer_id = 2; UPDATE customers SET name = 'al' WHERE id = 1",
         "DELETE FROM customers WHERE id = 3; INSERT INTO orders VALUES (6, 2, 3), (7, NULL, 4)",
         "UPDATE customers SET id = 5 WHERE id = 4; UPDATE orders SET customer_id = 5 WHERE customer_id = 4",
     ]
-    for number, batch in enumerate(batches):
-        execute(pg_conn, batch)
-        for name, sql in streams.items():
-            result = refresh_and_check(pg_conn, name, sql, f"batch {number}", refresh_mode="differential")
-            assert result.action == "DIFFERENTIAL", (name, result.summary())
+    _refresh_after_each(pg_conn, streams, batches)
 
-    execute(
-        pg_conn,
-        "ALTER TABLE totals ADD COLUMN __ivm_dup bigint; UPDATE totals SET __ivm_dup = 1;"
-        f"UPDATE {CATALOG}.stream_tables SET shape = jsonb_set(jsonb_set(shape::jsonb, '{{columns}}', "
-        "(shape::jsonb -> 'columns') || '[[\"__ivm_dup\", \"bigint\"]]'), '{key}', "
-        '\'["id", "name", "total", "n", "__ivm_dup"]\')::text WHERE stream_table = \'public.totals\'',
+    _as_an_earlier_version_left_it(
+        pg_conn, "totals", ("__ivm_dup", "bigint", "1"), ["id", "name", "total", "n", "__ivm_dup"]
     )
     execute(pg_conn, "INSERT INTO orders VALUES (8, 1, 1)")
-    result = refresh_and_check(pg_conn, "totals", streams["totals"], "after the upgrade")
-    assert result.action == "REBUILD", result.summary()
-    assert result.reason is not None and "bookkeeping columns differently" in result.reason, result.reason
+    _rebuilt_for_its_layout(pg_conn, "totals", streams["totals"])

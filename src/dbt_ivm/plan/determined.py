@@ -1,7 +1,7 @@
 """Which items of a join the others determine, so that their keys need not identify its rows.
 
 A join row is identified by the keys of the rows it came from: a table's primary key, a derived
-table's group keys (`layout.item_key`). When a condition equates an item's whole key with columns of
+table's group keys (`layout.item_keys`). When a condition equates an item's whole key with columns of
 other items (``o.customer_id = c.id``), each row of the others meets at most one of its rows: its key
 adds nothing to the row's identity, and a stream table need not store it. An order joined to its
 customer is identified by the order alone; a customer joined to its orders' totals by the customer.
