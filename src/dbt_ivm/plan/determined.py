@@ -10,7 +10,7 @@ A condition counts only where it holds for every row it lets through: a WHERE co
 join's ON, or an outer join's ON for the side it pads (a padded row holds NULLs there, still one per
 row of the other side); never for the side an outer join keeps. Both columns must have one type, so
 equality is the key's own. Determination chains (a line item's order, that order's customer) but not
-in a circle: the scans kept must determine all the others.
+in a circle: the items kept must determine all the others.
 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.plan import build_plan
