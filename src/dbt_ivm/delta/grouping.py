@@ -304,6 +304,41 @@ def matching(keys: Sequence[str], left: str, right: str, not_null: Collection[st
     return exp.true() if found is None else found
 
 
+def left_joined_on_keys(
+    query: exp.Select,
+    right: exp.Expr,
+    keys: Sequence[str],
+    aliases: tuple[str, str],
+    not_null: Collection[str],
+    dialect: str,
+) -> exp.Query:
+    """`query` (reading its rows as `aliases[0]`) LEFT JOINed to `right` (as `aliases[1]`) on `keys`
+    equal or both NULL (`matching`). PostgreSQL can neither hash nor merge on IS NOT DISTINCT FROM,
+    so a nullable key made that a nested loop of every row against every row (6,569 touched groups:
+    43M comparisons, 3.3 s). There, rows whose keys are all set join by `=`, and only the rows
+    holding a NULL join null-safe, in a branch of their own; Spark's `<=>` is a join key already:
+
+    >>> print(left_joined_on_keys(exp.select("c.g").from_("c"), exp.to_table("n"), ["g"], ("c", "n"),
+    ...       (), "postgres").sql("postgres"))
+    SELECT c.g FROM c LEFT JOIN n AS "n" ON "c"."g" = "n"."g" WHERE NOT "c"."g" IS NULL UNION ALL SELECT c.g FROM c LEFT JOIN n AS "n" ON "c"."g" IS NOT DISTINCT FROM "n"."g" WHERE "c"."g" IS NULL
+    """
+    left, right_alias = aliases
+    nullable = [k for k in keys if k not in not_null]
+    if dialect != "postgres" or not nullable:
+        return query.join(
+            aliased(right, right_alias), on=matching(keys, left, right_alias, not_null), join_type="left"
+        )
+    nulls = [exp.Is(this=exp.column(k, left, quoted=True), expression=exp.null()) for k in nullable]
+    equal = query.copy().join(
+        aliased(right.copy(), right_alias), on=matching(keys, left, right_alias, keys), join_type="left"
+    )
+    null_safe = query.join(
+        aliased(right, right_alias), on=matching(keys, left, right_alias, not_null), join_type="left"
+    )
+    all_set = exp.and_(*[exp.Not(this=n.copy()) for n in nulls])
+    return union_all([equal.where(all_set), null_safe.where(exp.or_(*nulls))])
+
+
 def never_null_groups(plan: Aggregate) -> set[str]:
     """The group columns of `plan` whose key cannot be NULL (`never_null`)."""
     return {group_placeholder(i) for i, key in enumerate(plan.group_by) if never_null(key, plan.input)}

@@ -121,7 +121,14 @@ def delta(plan: Plan, ctx: Context, restrict: exp.Exists | None = None) -> exp.Q
         return None
     pinned_left = None if left is None else ctx.pinned(left)
     pinned_right = None if right is None else ctx.pinned(right)
-    return delta_setop(plan, pinned_left, pinned_right, contents(plan.left, ctx), contents(plan.right, ctx))
+    return delta_setop(
+        plan,
+        pinned_left,
+        pinned_right,
+        contents(plan.left, ctx),
+        contents(plan.right, ctx),
+        ctx.bindings.dialect,
+    )
 
 
 def _delta_recomputed(plan: Aggregate, ctx: Context, narrowed: exp.Exists | None) -> exp.Query | None:
@@ -184,14 +191,13 @@ def _delta_aggregate(plan: Aggregate, ctx: Context, narrowed: exp.Exists | None)
         deltas: list[exp.Expr] = [exp.column(n, CHANGED, quoted=True) for n in names]
         for name, value in zip(names, REGISTRY[call.func].merge(olds, deltas), strict=True):
             merged.append(exp.alias_(value, name, quoted=True))
-    before = (
-        exp.select(*merged)
-        .from_(aliased(before_change, CHANGED))
-        .join(
-            aliased(now_state.copy(), NOW),
-            on=grouping.matching(keys, CHANGED, NOW, grouping.never_null_groups(plan)),
-            join_type="left",
-        )
+    before = grouping.left_joined_on_keys(
+        exp.select(*merged).from_(aliased(before_change, CHANGED)),
+        now_state.copy(),
+        keys,
+        (CHANGED, NOW),
+        grouping.never_null_groups(plan),
+        ctx.bindings.dialect,
     )
     new_rows = exp.select(
         *grouping.finalized_outputs(plan, NOW, types), exp.alias_(one.copy(), WEIGHT, quoted=True)

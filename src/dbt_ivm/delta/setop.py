@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dbt_ivm.delta.grouping import matching
+from dbt_ivm.delta.grouping import among, left_joined_on_keys
 from dbt_ivm.delta.terms import aliased, union_all
 from dbt_ivm.plan.nodes import SetOp
 from dbt_ivm.sqltext import WEIGHT
 
 SIDE, A, B = "__ivm_side", "__ivm_a", "__ivm_b"
-CHANGES, AFFECTED, NOW, DELTA, COUNTS = (
+CHANGES, NOW, DELTA, COUNTS = (
     "__ivm_changes",
-    "__ivm_affected",
     "__ivm_now",
     "__ivm_d",
     "__ivm_counts",
@@ -85,16 +84,13 @@ def _multiplicity(plan: SetOp, a: exp.Expr, b: exp.Expr) -> exp.Expr:
     return flag(exp.and_(exp.GT(this=a, expression=zero.copy()), exp.EQ(this=b, expression=zero.copy())))
 
 
-def _same_values(plan: SetOp, left: str, right: str) -> exp.Expr:
-    return matching(plan.names, left, right)
-
-
 def delta_setop(
     plan: SetOp,
     left_delta: exp.Expr | None,
     right_delta: exp.Expr | None,
     left_now: exp.Query,
     right_now: exp.Query,
+    dialect: str,
 ) -> exp.Query:
     changed = []
     if left_delta is not None:
@@ -107,9 +103,7 @@ def delta_setop(
     )
     delta = delta.from_(aliased(changes.copy(), CHANGES)).group_by(*_cols(plan, CHANGES))
     # The current rows of the touched values only.
-    touched = exp.Exists(
-        this=exp.select("1").from_(aliased(changes, AFFECTED)).where(_same_values(plan, AFFECTED, NOW))
-    )
+    touched = among(changes, plan.names, _cols(plan, NOW), None)
     rows = union_all(
         [
             _sided(plan, left_now, plan.left.names, 1, weighted=False),
@@ -129,10 +123,13 @@ def delta_setop(
         this=_multiplicity(plan, a_now, b_now),
         expression=_multiplicity(plan, exp.paren(a_before, copy=False), exp.paren(b_before, copy=False)),
     )
-    counted = (
-        exp.select(*_cols(plan, DELTA), exp.alias_(weight, WEIGHT, quoted=True))
-        .from_(aliased(delta, DELTA))
-        .join(aliased(now, NOW), on=_same_values(plan, DELTA, NOW), join_type="left")
+    counted = left_joined_on_keys(
+        exp.select(*_cols(plan, DELTA), exp.alias_(weight, WEIGHT, quoted=True)).from_(aliased(delta, DELTA)),
+        now,
+        plan.names,
+        (DELTA, NOW),
+        (),
+        dialect,
     )
     return (
         exp.select(*_cols(plan, COUNTS), exp.column(WEIGHT, COUNTS, quoted=True))
