@@ -65,7 +65,8 @@ def create_statements(schema: str, dialect: str) -> list[str]:
 
 # Stream tables that store the query's columns and nothing else: joins that meet each table on its
 # whole key (its key adds nothing to a row's identity), a table joined to an aggregate on its group
-# keys (one group per row), and aggregates whose state the outputs hold.
+# keys (one group per row), aggregates whose state the outputs hold, windows and TopK that show
+# their input's key (a row of theirs is a row of the input), and set operations without ALL.
 ONLY_MODEL_COLUMNS = frozenset(
     {
         "inner_join",
@@ -79,6 +80,16 @@ ONLY_MODEL_COLUMNS = frozenset(
         "scalar_subquery_select",
         "max_per_customer",
         "top_total",
+        "top_orders",
+        "top_totals_offset",
+        "latest_order_per_customer",
+        "window_functions",
+        "row_number_unpartitioned",
+        "window_over_groups",
+        "rank_of_totals",
+        "union_distinct",
+        "intersect_distinct",
+        "except_distinct",
     }
 )
 

@@ -15,9 +15,12 @@ Three kinds of stream table:
   customer's key is identified by the order alone, `plan.determined`). Each key column is stored as
   the query's own column when it selects it as it is, else as a hidden ``__ivm_k*`` column (NULL
   for the missing partner of an outer join, which still leaves the row's key unique).
-* ``multiset`` — anything else (a table without a primary key, a derived table without a key
-  such as a window, a set operation): identical rows may repeat; rows are identified by their
-  values plus an ordinal ``__ivm_dup`` (1..n among identical rows).
+  A window or a TopK is keyed by its input's key when it shows it: each of its rows is one row of
+  its input (``row_number() … = 1``, the latest order per customer, is keyed by the order). A
+  UNION, INTERSECT or EXCEPT without ALL holds each row once: its columns are its key.
+* ``multiset`` — anything else (a table without a primary key, a derived table without a key, a
+  set operation with ALL): identical rows may repeat; rows are identified by their values plus an
+  ordinal ``__ivm_dup`` (1..n among identical rows).
 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.plan import build_plan
@@ -72,6 +75,9 @@ from dbt_ivm.plan.nodes import (
     Project,
     Relation,
     Scan,
+    SetOp,
+    TopK,
+    Window,
     items_of,
     never_null,
     padded_aliases,
@@ -124,9 +130,12 @@ def layout_of(plan: Plan) -> Layout:
     user = tuple(plan.names)
     if isinstance(plan, Aggregate):
         return _aggregate_layout(plan, user)
-    keys = tuple(name for _, _, name in stored_keys(plan)) if isinstance(plan, Project) else ()
-    if keys:
-        return Layout("keyed", user, tuple(k for k in keys if k not in user), keys)
+    if isinstance(plan, Project):
+        keys = tuple(name for _, _, name in stored_keys(plan))
+        if keys:
+            return Layout("keyed", user, tuple(k for k in keys if k not in user), keys)
+    elif key := plan_key(plan):  # a window or TopK that shows its input's key
+        return Layout("keyed", user, (), key)
     return Layout("multiset", user, (), user)
 
 
@@ -163,13 +172,22 @@ def item_keys(relation: Relation) -> dict[str, tuple[str, ...]] | None:
 
 def plan_key(plan: Plan) -> tuple[str, ...] | None:
     """Output columns no two of the plan's rows share (empty: at most one row): an aggregate's group
-    keys, when it shows them all; a keyed projection's key, when it shows all of it. None: unknown."""
+    keys, when it shows them all; a keyed projection's key, when it shows all of it; a distinct set
+    operation's columns; a window's or TopK's input key, when it passes it on. None: unknown."""
     if isinstance(plan, Aggregate):
         names = tuple(_output_of(plan, group_placeholder(i)) for i in range(len(plan.group_by)))
         return None if any(n is None for n in names) else tuple(n for n in names if n is not None)
     if isinstance(plan, Project):
         keys = [column for _, _, column in stored_keys(plan)]
         return tuple(keys) if keys and all(k in plan.names for k in keys) else None
+    if isinstance(plan, SetOp):  # UNION / INTERSECT / EXCEPT without ALL: each row once
+        return None if plan.all else plan.names
+    if isinstance(plan, TopK):  # some of its input's rows
+        return plan_key(plan.input)
+    if isinstance(plan, Window):  # one row per input row: the input's key, when passed through
+        key = plan_key(plan.input)
+        passed = {o.expression.name: o.name for o in plan.outputs if isinstance(o.expression, exp.Column)}
+        return None if key is None or any(k not in passed for k in key) else tuple(passed[k] for k in key)
     return None
 
 

@@ -481,3 +481,43 @@ def test_a_join_to_an_aggregate_on_its_group_key_is_keyed(pg_conn: Any) -> None:
     )
     execute(pg_conn, "INSERT INTO orders VALUES (8, 1, 1)")
     _rebuilt_for_its_layout(pg_conn, "totals", streams["totals"])
+
+
+def test_windows_topk_and_distinct_set_operations_are_keyed(pg_conn: Any) -> None:
+    """A window or an ORDER BY … LIMIT gives each of its rows from one row of its input, so the input's
+    key, shown, identifies the row, and a set operation without ALL holds each row once (they were
+    multisets with a hidden ordinal): the latest order per customer, a ranking of every order, the
+    top orders and the top totals, customers with only small orders, through ties, NULLs, keys
+    changing and rows leaving. A table an earlier dbt-ivm stored as a multiset is rebuilt once."""
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric);"
+        "INSERT INTO orders VALUES (1, 1, 5), (2, 1, 7), (3, 2, 9), (4, NULL, 1), (5, 2, 9)",
+    )
+    streams = {
+        "latest": "SELECT id, customer_id, amount FROM (SELECT o.*, ROW_NUMBER() OVER (PARTITION BY "
+        "customer_id ORDER BY id DESC) AS rn FROM orders o) latest WHERE rn = 1",
+        "ranked": "SELECT id, customer_id, RANK() OVER (PARTITION BY customer_id ORDER BY amount DESC) AS r "
+        "FROM orders",
+        "top_orders": "SELECT id, amount FROM orders ORDER BY amount DESC, id LIMIT 2",
+        "top_totals": "SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id "
+        "ORDER BY total DESC NULLS LAST, customer_id LIMIT 2",
+        "small_only": "SELECT customer_id FROM orders EXCEPT SELECT customer_id FROM orders WHERE amount > 8",
+    }
+    for name, sql in streams.items():
+        refresh_and_check(pg_conn, name, sql)
+        stored = _stored_columns(pg_conn, name)
+        assert not [c for c in stored if c.startswith("__ivm_")], (name, stored)
+    batches = [
+        "INSERT INTO orders VALUES (6, 1, 20), (7, NULL, 3); UPDATE orders SET amount = 9 WHERE id = 1",
+        "UPDATE orders SET id = 8 WHERE id = 6; DELETE FROM orders WHERE id = 3",
+        "UPDATE orders SET customer_id = 1 WHERE customer_id = 2; DELETE FROM orders WHERE id = 8",
+        "UPDATE orders SET amount = NULL WHERE id IN (1, 2); INSERT INTO orders VALUES (9, 3, 30)",
+    ]
+    _refresh_after_each(pg_conn, streams, batches)
+
+    _as_an_earlier_version_left_it(
+        pg_conn, "latest", ("__ivm_dup", "bigint", "1"), ["id", "customer_id", "amount", "__ivm_dup"]
+    )
+    execute(pg_conn, "INSERT INTO orders VALUES (10, 1, 1)")
+    _rebuilt_for_its_layout(pg_conn, "latest", streams["latest"])

@@ -52,8 +52,7 @@ def _outputs(plan: Project) -> list[exp.Expr]:
 def contents(plan: Plan, layout: Layout, ctx: Context) -> exp.Query:
     """SELECT of every layout column over the sources' current state."""
     plans.context(ctx)
-    if layout.kind == "keyed":
-        assert isinstance(plan, Project)
+    if layout.kind == "keyed" and isinstance(plan, Project):
         columns = _outputs(plan) + _key_projections(plan)
         return union_all(
             [term_select(t, columns, ctx, weighted=False) for t in relation.after(plan.input, ctx)]
@@ -96,14 +95,13 @@ def row_delta(
     changed. An aggregate's delta reads its groups' stored state from `stream_table`, matched on the
     key as `target` stores it."""
     plans.context(ctx)
-    if layout.kind == "keyed":
-        assert isinstance(plan, Project)
+    if layout.kind == "keyed" and isinstance(plan, Project):
         columns = _outputs(plan) + _key_projections(plan)
         terms = relation.delta(plan.input, ctx)
         return union_all([term_select(t, columns, ctx) for t in terms]) if terms else None
     if isinstance(plan, TopK):
         return topk.delta(plan, ctx, stream_table)
-    if layout.kind == "multiset":
+    if layout.kind != "aggregate":  # a multiset, or a window keyed by its input's key
         return plans.delta(plan, ctx)
     assert isinstance(plan, Aggregate)
     if plan.recomputed:
