@@ -1,8 +1,10 @@
 """What the stream tables' leaner layout costs (issue 14, item 1): the key's hash as an index on an
 expression instead of a stored ``__ivm_hash`` column, a key the query selects no longer stored
 twice as ``__ivm_k*``, no key at all for a table joined on its whole key, a join to a derived
-aggregate keyed by its group keys instead of stored as a multiset, and aggregate state kept in the
-columns (or one hidden column) that hold the same quantity. The engine at a baseline commit and the
+aggregate keyed by its group keys instead of stored as a multiset, aggregate state kept in the
+columns (or one hidden column) that hold the same quantity, and a window keyed by its input's key.
+It also shows what the touched groups and set-operation values cost to find over a key that may be
+NULL (`latest_order`, `named_totals`, `ordering_customers`). The engine at a baseline commit and the
 engine of this tree run side by side on one PostgreSQL server, each in its own database cloned from
 one loaded template, each in a Python process of its own; every batch of changes is the same for
 both, and the two alternate.
@@ -45,6 +47,11 @@ STREAMS = {
         "SELECT customer_id, AVG(amount) AS mean, SUM(amount) AS total, COUNT(amount) AS n "
         "FROM orders GROUP BY customer_id"
     ),
+    "latest_order": (
+        "SELECT id, customer_id, amount FROM (SELECT o.*, ROW_NUMBER() OVER (PARTITION BY customer_id "
+        "ORDER BY id DESC) AS rn FROM orders o) latest WHERE rn = 1"
+    ),
+    "ordering_customers": "SELECT customer_id FROM orders INTERSECT SELECT id FROM customers",
 }
 CUSTOMERS = 10_000
 
