@@ -134,7 +134,7 @@ def layout_of(plan: Plan) -> Layout:
         keys = tuple(name for _, _, name in stored_keys(plan))
         if keys:
             return Layout("keyed", user, tuple(k for k in keys if k not in user), keys)
-    elif key := plan_key(plan):  # a window or TopK that shows its input's key
+    elif key := plan_key(plan):  # a window or TopK showing its input's key, a distinct set operation
         return Layout("keyed", user, (), key)
     return Layout("multiset", user, (), user)
 

@@ -101,7 +101,7 @@ def row_delta(
         return union_all([term_select(t, columns, ctx) for t in terms]) if terms else None
     if isinstance(plan, TopK):
         return topk.delta(plan, ctx, stream_table)
-    if layout.kind != "aggregate":  # a multiset, or a window keyed by its input's key
+    if layout.kind != "aggregate":  # a multiset, a keyed window, a distinct set operation
         return plans.delta(plan, ctx)
     assert isinstance(plan, Aggregate)
     if plan.recomputed:
