@@ -23,10 +23,13 @@ SELECT "__ivm_win"."__ivm_w1" AS "id", ROW_NUMBER() OVER (PARTITION BY "__ivm_wi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlglot import exp
 
 from dbt_ivm.delta import grouping, plans, relation
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
+from dbt_ivm.layout import key_never_null, layout_of, plan_key
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Window
 from dbt_ivm.sqltext import WEIGHT
@@ -67,7 +70,15 @@ def delta(plan: Window, ctx: Context) -> exp.Query | None:
     else:
         rows = plans.contents(plan.input, ctx) if touched is None else _partitions(plan, ctx, touched)
         now_rows = _star(ctx.pinned(rows))  # read twice: now, and now − batch
-        before = _over(plan, grouping.now_minus_batch(now_rows, _star(changes), plan.input.names))
+        source, key = plan.input, plan_key(plan.input)
+        if key:
+            never_null = isinstance(source, Project) and key_never_null(source, layout_of(source))
+            keyed = _keyed_now_minus_batch(
+                now_rows, changes, source.names, key, key if never_null else (), ctx.bindings.dialect
+            )
+            before = _over(plan, keyed)
+        else:
+            before = _over(plan, grouping.now_minus_batch(now_rows, _star(changes), plan.input.names))
     after = contents(plan, ctx, touched)
     sides: list[exp.Query] = []
     for weight, side in ((-1, before), (1, after)):
@@ -75,6 +86,51 @@ def delta(plan: Window, ctx: Context) -> exp.Query | None:
         values.append(exp.alias_(exp.Literal.number(weight), WEIGHT, quoted=True))
         sides.append(exp.select(*values).from_(aliased(side, "__ivm_side")))
     return union_all(sides)
+
+
+def _keyed_now_minus_batch(
+    now_rows: exp.Query,
+    changes: exp.Expr,
+    names: Sequence[str],
+    key: Sequence[str],
+    not_null: Sequence[str],
+    dialect: str,
+) -> exp.Query:
+    """The input's rows before the batch when `key` identifies them: the rows now, less those the
+    batch added (found by key), plus those it removed. A multiset needs a sum of weights over every
+    row of the touched partitions instead (`grouping.now_minus_batch`):
+
+    >>> print(_keyed_now_minus_batch(exp.select("*").from_("now"), exp.to_table("chg"), ["id", "v"],
+    ...       ["id"], ["id"], "postgres").sql("postgres"))  # doctest: +ELLIPSIS
+    SELECT "__ivm_kept"."id", "__ivm_kept"."v" FROM (SELECT ... FROM (SELECT * FROM now) AS "__ivm_now" LEFT JOIN (SELECT "__ivm_net"."id", 1 AS "__ivm_added" FROM (...) AS "__ivm_net" WHERE "__ivm_net"."__ivm_weight" > 0) AS "__ivm_added" ON "__ivm_now"."id" = "__ivm_added"."id") AS "__ivm_kept" WHERE "__ivm_kept"."__ivm_added" IS NULL UNION ALL SELECT "__ivm_net"."id", "__ivm_net"."v" FROM (...) AS "__ivm_net" WHERE "__ivm_net"."__ivm_weight" < 0
+    """
+    net_alias, now_alias, kept_alias, change, added = (
+        "__ivm_net",
+        "__ivm_now",
+        "__ivm_kept",
+        "__ivm_c",
+        "__ivm_added",
+    )
+
+    def columns(table: str, which: Sequence[str]) -> list[exp.Expr]:
+        return [exp.column(n, table, quoted=True) for n in which]
+
+    weight = exp.func("SUM", exp.column(WEIGHT, change, quoted=True))
+    net = exp.select(*columns(change, names), exp.alias_(weight, WEIGHT, quoted=True))
+    net = net.from_(aliased(changes, change)).group_by(*columns(change, names))
+    net_weight = exp.column(WEIGHT, net_alias, quoted=True)
+    zero = exp.Literal.number(0)
+    added_keys = exp.select(*columns(net_alias, key), exp.alias_(exp.Literal.number(1), added, quoted=True))
+    added_keys = added_keys.from_(aliased(net.copy(), net_alias))
+    added_keys = added_keys.where(exp.GT(this=net_weight.copy(), expression=zero))
+    marked = exp.select(*columns(now_alias, names), exp.column(added, added, quoted=True))
+    joined = grouping.left_joined_on_keys(
+        marked.from_(aliased(now_rows, now_alias)), added_keys, key, (now_alias, added), not_null, dialect
+    )
+    kept = exp.select(*columns(kept_alias, names)).from_(aliased(joined, kept_alias))
+    kept = kept.where(exp.Is(this=exp.column(added, kept_alias, quoted=True), expression=exp.null()))
+    removed = exp.select(*columns(net_alias, names)).from_(aliased(net, net_alias))
+    return union_all([kept, removed.where(exp.LT(this=net_weight, expression=zero.copy()))])
 
 
 def _star(relation: exp.Expr) -> exp.Query:
