@@ -28,6 +28,7 @@ from dbt_ivm.plan.nodes import AggCall, Aggregate, Relation, never_null
 from dbt_ivm.sqltext import WEIGHT
 
 COUNT = "__ivm_count"
+Alternatives = tuple[exp.Expr, ...]  # disjoint conditions: a row passes one of them, or none
 
 
 def arg_column(call: AggCall) -> str:
@@ -68,7 +69,7 @@ def input_rows(
     plan: Aggregate,
     which: Literal["after", "before", "delta"],
     ctx: Context,
-    restrict: exp.Expr | None = None,
+    restrict: exp.Expr | Alternatives | None = None,
 ) -> exp.Query | None:
     """The input's rows (after the batch, before it where the backend can read that, or its delta
     with weights), keys and arguments only; `restrict` is added to every term (a correlated filter).
@@ -84,12 +85,13 @@ def input_rows(
         terms = relation.delta(plan.input, ctx)
     if not terms:
         return None
-    if restrict is not None:
-        terms = [t.where(restrict.copy()) for t in terms]
+    terms = restricted(terms, restrict)
     return union_all([term_select(t, _projections(plan), ctx, weighted=which == "delta") for t in terms])
 
 
-def input_rows_before(plan: Aggregate, ctx: Context, restrict: exp.Expr | None = None) -> exp.Query:
+def input_rows_before(
+    plan: Aggregate, ctx: Context, restrict: exp.Expr | Alternatives | None = None
+) -> exp.Query:
     """The input's rows before the batch (as `input_rows`). Read where the backend keeps the earlier
     state; else derived as now − batch: both unioned with weights, summed per distinct row, and each
     row with a positive sum repeated that many times."""
@@ -251,43 +253,67 @@ def touched_groups(plan: Aggregate, changes: exp.Expr) -> exp.Select:
     )
 
 
-def in_groups(plan: Aggregate, groups: exp.Expr) -> exp.Expr:
+def in_groups(plan: Aggregate, groups: exp.Expr, dialect: str) -> Alternatives:
     """An input row's group is among `groups` (`among`)."""
     names = [group_placeholder(i) for i in range(len(plan.group_by))]
-    return among(groups, names, list(plan.group_by), plan.input)
+    return among(groups, names, list(plan.group_by), plan.input, dialect)
 
 
 def among(
-    touched: exp.Expr, names: Sequence[str], values: Sequence[exp.Expr], relation: Relation | None
-) -> exp.Expr:
+    touched: exp.Expr,
+    names: Sequence[str],
+    values: Sequence[exp.Expr],
+    relation: Relation | None,
+    dialect: str,
+) -> Alternatives:
     """The `values` of a row (of `relation`, when they are its columns) are a row of `touched` (its
-    columns `names`), NULL matching NULL. Values that cannot be NULL: a correlated EXISTS on `=`,
-    which an index or a hash join can serve. Otherwise PostgreSQL could only test IS NOT DISTINCT
-    FROM row by row against every touched row; so `(values) IN (touched)`, one hash probe per row,
-    and only a row holding a NULL looks further:
+    columns `names`), NULL matching NULL, as disjoint alternatives (`restricted`). An EXISTS on `=`
+    is a semi join an index or a hash join serves, so a batch touching a few groups reads only their
+    rows. PostgreSQL can neither hash nor index IS NOT DISTINCT FROM, so where a value may be NULL
+    the rows holding a NULL are a second alternative, gated by a test that runs once: is some
+    touched key NULL at all? Spark's `<=>` is a join key itself:
 
-    >>> print(among(exp.to_table("t"), ["g"], [exp.column("k", "o")], None).sql("postgres"))
-    o.k IN (SELECT "__ivm_affected"."g" FROM t AS "__ivm_affected") OR ((o.k IS NULL) AND EXISTS(SELECT 1 FROM t AS "__ivm_affected" WHERE "__ivm_affected"."g" IS NOT DISTINCT FROM o.k))
+    >>> for found in among(exp.to_table("t"), ["g"], [exp.column("k", "o")], None, "postgres"):
+    ...     print(found.sql("postgres"))
+    EXISTS(SELECT 1 FROM t AS "__ivm_affected" WHERE "__ivm_affected"."g" = o.k)
+    (o.k IS NULL) AND EXISTS(SELECT 1 FROM t AS "__ivm_affected" WHERE "__ivm_affected"."g" IS NULL)
     """
     alias = "__ivm_affected"
     columns = [exp.column(name, alias, quoted=True) for name in names]
-    if relation is not None and all(never_null(value, relation) for value in values):
-        condition = conjunction(
-            [exp.EQ(this=c, expression=v.copy()) for c, v in zip(columns, values, strict=True)]
-        )
+
+    def exists(compare: type[exp.EQ] | type[exp.NullSafeEQ]) -> exp.Exists:
+        pairs = [compare(this=c.copy(), expression=v.copy()) for c, v in zip(columns, values, strict=True)]
+        condition = conjunction(pairs)
         assert condition is not None, "at least one value"
         return exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(condition))
-    row = values[0].copy() if len(values) == 1 else exp.Tuple(expressions=[v.copy() for v in values])
-    listed = exp.In(
-        this=row,
-        query=exp.select(*[c.copy() for c in columns]).from_(aliased(touched.copy(), alias)).subquery(),
-    )
+
+    if dialect != "postgres":
+        return (exists(exp.NullSafeEQ),)
+    if relation is not None and all(never_null(value, relation) for value in values):
+        return (exists(exp.EQ),)
     some_null = exp.or_(*[exp.Is(this=v.copy(), expression=exp.null()) for v in values])
-    null_safe = conjunction(
-        [exp.NullSafeEQ(this=c.copy(), expression=v.copy()) for c, v in zip(columns, values, strict=True)]
+    null_key = exp.or_(*[exp.Is(this=c.copy(), expression=exp.null()) for c in columns])
+    touched_null = exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(null_key))
+    holding_null = exp.and_(exp.paren(some_null), touched_null)
+    if len(values) > 1:  # (1, NULL) matches only (1, NULL)
+        holding_null = exp.and_(holding_null, exists(exp.NullSafeEQ))
+    return (exists(exp.EQ), holding_null)
+
+
+def restricted(terms: list[Term], restrict: exp.Expr | Alternatives | None) -> list[Term]:
+    """`terms` under `restrict`: one predicate, or disjoint alternatives (`among`), each term once
+    per alternative (their union holds each row once)."""
+    if restrict is None:
+        return terms
+    alternatives = (restrict,) if isinstance(restrict, exp.Expr) else restrict
+    return [t.where(a.copy()) for t in terms for a in alternatives]
+
+
+def restricted_rows(rows: exp.Query, alias: str, alternatives: Alternatives) -> exp.Query:
+    """The rows of `rows` (read as `alias`) that one of the disjoint `alternatives` keeps."""
+    return union_all(
+        [exp.select("*").from_(aliased(rows.copy(), alias)).where(a.copy()) for a in alternatives]
     )
-    found = exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(null_safe))
-    return exp.or_(listed, exp.and_(exp.paren(some_null), found))
 
 
 def matching(keys: Sequence[str], left: str, right: str, not_null: Collection[str] = ()) -> exp.Expr:

@@ -136,9 +136,11 @@ def _delta_recomputed(plan: Aggregate, ctx: Context, narrowed: exp.Exists | None
     changes = grouping.input_rows(plan, "delta", ctx, narrowed)
     if changes is None:
         return None
-    restrict = None
+    restrict: grouping.Alternatives | None = None
     if plan.group_by:
-        restrict = grouping.in_groups(plan, ctx.pinned(grouping.touched_groups(plan, changes)))
+        restrict = grouping.in_groups(
+            plan, ctx.pinned(grouping.touched_groups(plan, changes)), ctx.bindings.dialect
+        )
     now_rows = grouping.input_rows(plan, "after", ctx, restrict)
     assert now_rows is not None
     sides = []
@@ -158,7 +160,8 @@ def _delta_aggregate(plan: Aggregate, ctx: Context, narrowed: exp.Exists | None)
     changes = ctx.pinned(found)  # read twice: the touched keys, and the batch's own contribution
     keys = [grouping.group_columns(plan)[i].name for i in range(len(plan.group_by))]
     # Only the touched groups' current rows: a semi-join with the changed keys.
-    restrict = grouping.in_groups(plan, grouping.touched_groups(plan, changes)) if keys else None
+    touched = grouping.touched_groups(plan, changes)
+    restrict = grouping.in_groups(plan, touched, ctx.bindings.dialect) if keys else None
     now_rows = grouping.input_rows(plan, "after", ctx, restrict)
     assert now_rows is not None
     one = exp.Literal.number(1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dbt_ivm.delta.grouping import among, left_joined_on_keys
+from dbt_ivm.delta.grouping import among, left_joined_on_keys, restricted_rows
 from dbt_ivm.delta.terms import aliased, union_all
 from dbt_ivm.plan.nodes import SetOp
 from dbt_ivm.sqltext import WEIGHT
@@ -103,7 +103,7 @@ def delta_setop(
     )
     delta = delta.from_(aliased(changes.copy(), CHANGES)).group_by(*_cols(plan, CHANGES))
     # The current rows of the touched values only.
-    touched = among(changes, plan.names, _cols(plan, NOW), None)
+    touched = among(changes, plan.names, _cols(plan, NOW), None, dialect)
     rows = union_all(
         [
             _sided(plan, left_now, plan.left.names, 1, weighted=False),
@@ -113,7 +113,7 @@ def delta_setop(
     now = exp.select(*_cols(plan, NOW), exp.alias_(_count(1, NOW), A, quoted=True)).select(
         exp.alias_(_count(2, NOW), B, quoted=True)
     )
-    now = now.from_(aliased(rows, NOW)).where(touched).group_by(*_cols(plan, NOW))
+    now = now.from_(aliased(restricted_rows(rows, NOW, touched), NOW)).group_by(*_cols(plan, NOW))
     zero = exp.Literal.number(0)
     a_now = exp.func("COALESCE", exp.column(A, NOW, quoted=True), zero)
     b_now = exp.func("COALESCE", exp.column(B, NOW, quoted=True), zero.copy())

@@ -131,13 +131,20 @@ def _recomputed_aggregate_delta(
     )
     removed = removed.join(aliased(touched, "d"), on=match("s", layout.key, keys, target), join_type="inner")
     if not shortcut:
-        return union_all([removed, _recomputed_groups(plan, layout, ctx, grouping.in_groups(plan, touched))])
+        return union_all(
+            [
+                removed,
+                _recomputed_groups(
+                    plan, layout, ctx, grouping.in_groups(plan, touched, ctx.bindings.dialect)
+                ),
+            ]
+        )
     # Only the groups that lost a row are recomputed; the others combine their extremes.
     loses = exp.column(extremes.LOSES, "d", quoted=True)
     lost_groups = exp.select(*grouping.group_columns(plan, "d"), loses.copy()).from_(aliased(touched, "d"))
     lost = ctx.pinned(lost_groups.where(loses.eq(1)))
     if plan.group_by:
-        added = _recomputed_groups(plan, layout, ctx, grouping.in_groups(plan, lost))
+        added = _recomputed_groups(plan, layout, ctx, grouping.in_groups(plan, lost, ctx.bindings.dialect))
     else:
         added = _recomputed_groups(plan, layout, ctx, None).where(
             exp.Exists(this=exp.select("1").from_(aliased(lost, "__ivm_lost")))
@@ -146,7 +153,7 @@ def _recomputed_aggregate_delta(
 
 
 def _recomputed_groups(
-    plan: Aggregate, layout: Layout, ctx: Context, restrict: exp.Expr | None
+    plan: Aggregate, layout: Layout, ctx: Context, restrict: grouping.Alternatives | None
 ) -> exp.Select:
     """The groups whose rows pass `restrict` (all: None), recomputed as stored rows (+1)."""
     rows = grouping.input_rows(plan, "after", ctx, restrict)

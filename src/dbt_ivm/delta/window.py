@@ -143,24 +143,28 @@ def _partitions(plan: Window, ctx: Context, touched: exp.Expr) -> exp.Query:
     source = plan.input
     if isinstance(source, Project):
         by_name = {o.name: o.expression for o in source.outputs}
-        restrict = _in_touched(plan, touched, [by_name[n] for n in plan.partition_by], source)
+        restrict = _in_touched(
+            plan, touched, [by_name[n] for n in plan.partition_by], source, ctx.bindings.dialect
+        )
         outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in source.outputs]
         terms = relation.after(source.input, ctx)
-        return union_all([term_select(t.where(restrict.copy()), outputs, ctx, weighted=False) for t in terms])
+        return union_all(
+            [term_select(t, outputs, ctx, weighted=False) for t in grouping.restricted(terms, restrict)]
+        )
     if isinstance(source, Aggregate):
         by_name = {o.name: o.expression for o in source.outputs}
         keys = [_group_key(source, by_name[n]) for n in plan.partition_by]
         if all(k is not None for k in keys):
-            restrict = _in_touched(plan, touched, [k for k in keys if k is not None], source)
+            restrict = _in_touched(
+                plan, touched, [k for k in keys if k is not None], source, ctx.bindings.dialect
+            )
             rows = grouping.input_rows(source, "after", ctx, restrict)
             assert rows is not None
             return grouping.from_scratch(source, rows)
     every = "__ivm_all"
     columns: list[exp.Expr] = [exp.column(n, every, quoted=True) for n in plan.partition_by]
-    return (
-        exp.select("*")
-        .from_(aliased(plans.contents(source, ctx), every))
-        .where(_in_touched(plan, touched, columns, None))
+    return grouping.restricted_rows(
+        plans.contents(source, ctx), every, _in_touched(plan, touched, columns, None, ctx.bindings.dialect)
     )
 
 
@@ -172,7 +176,9 @@ def _group_key(source: Aggregate, output: exp.Expr) -> exp.Expr | None:
     return None
 
 
-def _in_touched(plan: Window, touched: exp.Expr, values: list[exp.Expr], source: Plan | None) -> exp.Expr:
+def _in_touched(
+    plan: Window, touched: exp.Expr, values: list[exp.Expr], source: Plan | None, dialect: str
+) -> grouping.Alternatives:
     """A row's partition values are among `touched`."""
     over = source.input if isinstance(source, Project | Aggregate) else None
-    return grouping.among(touched, plan.partition_by, values, over)
+    return grouping.among(touched, plan.partition_by, values, over, dialect)
