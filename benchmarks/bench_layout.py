@@ -10,7 +10,7 @@ one loaded template, each in a Python process of its own; every batch of changes
 both, and the two alternate.
 
     python benchmarks/bench_layout.py --baseline 8d59678 [--orders 1000000] [--repeats 5] [--png FILE]
-        [--streams order_names,named_totals]
+        [--streams order_names,named_totals] [--sizes 100,1000,10000] [--customer-index]
 
 Prints a markdown table (sizes, CREATE, refreshes of 1,000 and 10,000 changes); nothing here is a test.
 """
@@ -132,6 +132,10 @@ def main() -> int:
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "dbt_ivm_bench_layout")
     parser.add_argument("--png", type=Path, default=None)
     parser.add_argument("--streams", default=",".join(STREAMS), help="comma-separated stream tables to run")
+    parser.add_argument("--sizes", default="1000,10000", help="comma-separated changes per batch")
+    parser.add_argument(
+        "--customer-index", action="store_true", help="index orders.customer_id, as a foreign key often is"
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     for name in set(STREAMS) - set(args.streams.split(",")):
@@ -156,7 +160,11 @@ def main() -> int:
     template = fresh_database(server, "layout_template")
     log(f"loading {args.orders:,} orders")
     load(template, args.orders, CUSTOMERS)
+    if args.customer_index:
+        with template.cursor() as cur:
+            cur.execute("CREATE INDEX ON orders (customer_id)")
     template.close()
+    sizes = [int(size) for size in args.sizes.split(",")]
     engines = {"baseline": worktree, "this tree": ROOT}
     children = {}
     for label, tree in engines.items():
@@ -198,7 +206,7 @@ def main() -> int:
     live = list(range(1, args.orders + 1))
     next_id = args.orders + 1
     timings: dict[tuple[str, int, str], list[float]] = {}
-    for size in (1_000, 10_000):
+    for size in sizes:
         for repeat in range(args.repeats):
             statements, next_id = batch(rng, size, next_id, live)
             order = list(engines) if repeat % 2 == 0 else list(reversed(engines))
@@ -217,15 +225,15 @@ def main() -> int:
             f"{base[f'{name} size'] / 2**20:.1f} → {new[f'{name} size'] / 2**20:.1f} MiB",
             f"{base[name]:.2f} → {new[name]:.2f} s",
         ]
-        for size in (1_000, 10_000):
+        for size in sizes:
             old_s, new_s = (median(timings[(label, size, name)]) for label in engines)
             row.append(f"{old_s * 1000:.0f} → {new_s * 1000:.0f} ms ({new_s / old_s:.2f}×)")
         rows.append(row)
     header = ["stream table", "hidden before", "hidden now", "size (table + indexes)", "CREATE",
-              "refresh, 1,000 changes", "refresh, 10,000 changes"]  # fmt: skip
+              *[f"refresh, {size:,} changes" for size in sizes]]  # fmt: skip
     print(markdown_table(header, rows))
     if args.png:
-        _plot(args.png, timings, created, list(engines))
+        _plot(args.png, timings, created, list(engines), sizes[-1])
     for process in children.values():
         process.terminate()
     postgres_server.stop(args.data_dir)
@@ -236,7 +244,11 @@ def main() -> int:
 
 
 def _plot(
-    path: Path, timings: dict[tuple[str, int, str], list[float]], created: dict[str, Any], labels: list[str]
+    path: Path,
+    timings: dict[tuple[str, int, str], list[float]],
+    created: dict[str, Any],
+    labels: list[str],
+    size: int,
 ) -> None:
     import matplotlib
 
@@ -250,8 +262,12 @@ def _plot(
     for offset, label in ((-width / 2, labels[0]), (width / 2, labels[1])):
         xs = [i + offset for i in range(len(names))]
         sizes.bar(xs, [created[label][f"{n} size"] / 2**20 for n in names], width, label=label)
-        refreshes.bar(xs, [median(timings[(label, 10_000, n)]) for n in names], width, label=label)
-    for axis, title in ((sizes, "stream table size, MiB"), (refreshes, "refresh of 10,000 changes, s")):
+        refreshes.bar(xs, [median(timings[(label, size, n)]) for n in names], width, label=label)
+    refreshes.set_yscale("log")  # before and after may differ by orders of magnitude
+    for axis, title in (
+        (sizes, "stream table size, MiB"),
+        (refreshes, f"refresh of {size:,} changes, s (log)"),
+    ):
         axis.set_xticks(range(len(names)), names, rotation=25, ha="right")
         axis.set_title(title)
         axis.legend()
