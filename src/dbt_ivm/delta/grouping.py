@@ -72,7 +72,8 @@ def input_rows(
     restrict: exp.Expr | Alternatives | None = None,
 ) -> exp.Query | None:
     """The input's rows (after the batch, before it where the backend can read that, or its delta
-    with weights), keys and arguments only; `restrict` is added to every term (a correlated filter).
+    with weights), keys and arguments only; `restrict` is added to every term (a correlated filter,
+    or disjoint alternatives: each term once per alternative, `restricted`).
     None: no changed rows (delta), or no readable earlier state (before)."""
     if which == "before":
         found = relation.before(plan.input, ctx)
