@@ -85,6 +85,7 @@ ONLY_MODEL_COLUMNS = frozenset(
         "latest_order_per_customer",
         "window_functions",
         "row_number_unpartitioned",
+        "top_two_amounts",
         "window_over_groups",
         "rank_of_totals",
         "union_distinct",
@@ -284,6 +285,16 @@ def streams(s: str) -> dict[str, str]:
             f"COUNT(*) OVER (PARTITION BY o.customer_id) AS orders_of_customer FROM {s}.orders o"
         ),
         "row_number_unpartitioned": f"SELECT o.id, ROW_NUMBER() OVER (ORDER BY o.id) AS n FROM {s}.orders o",
+        # the WHERE is ranked with the window; the partition column not shown, so not read back
+        "top_two_amounts": (
+            f"SELECT id, amount, r FROM (SELECT o.id, o.amount, RANK() OVER (PARTITION BY o.customer_id "
+            f"ORDER BY o.amount DESC) AS r FROM {s}.orders o) ranked WHERE r <= 2 AND amount > 5"
+        ),
+        # a keyless input whose stored rows are read back per partition, NULL kinds among them
+        "largest_events_per_kind": (
+            f"SELECT kind, v FROM (SELECT kind, v, ROW_NUMBER() OVER (PARTITION BY kind ORDER BY v DESC) "
+            f"AS n FROM {s}.events) e WHERE n <= 2"
+        ),
         "window_over_groups": (
             f"SELECT kind, v, COUNT(*) AS n, RANK() OVER (PARTITION BY kind ORDER BY COUNT(*) DESC) AS r "
             f"FROM {s}.events GROUP BY kind, v"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dbt_ivm.delta import extremes, grouping, plans, relation, topk
+from dbt_ivm.delta import extremes, grouping, plans, relation, topk, window
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
@@ -95,6 +95,9 @@ def row_delta(
     changed. An aggregate's delta reads its groups' stored state from `stream_table`, matched on the
     key as `target` stores it."""
     plans.context(ctx)
+    stored_partitions = window.stored_partitions(plan)
+    if stored_partitions is not None and isinstance(plan, Project):
+        return window.stored_delta(plan, layout, ctx, stream_table, stored_partitions)
     if layout.kind == "keyed" and isinstance(plan, Project):
         columns = _outputs(plan) + _key_projections(plan)
         terms = relation.delta(plan.input, ctx)

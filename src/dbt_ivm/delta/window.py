@@ -1,6 +1,9 @@
 """Window functions: a batch changes only the partitions its rows fall in, so those partitions are
 recomputed, over their rows before the batch (−1) and after it (+1); rows of untouched partitions
-are never read. Unchanged rows of a touched partition cancel before the apply.
+are never read. Unchanged rows of a touched partition cancel before the apply. A filter right above
+the window (its `keep`) is applied with it, so only kept rows are ranked out and carried. A stream
+table that holds the window's rows and shows its partition columns gives the rows before the batch
+itself (`stored_delta`).
 
 Following one row through the latest-row-per-key pattern, ``ROW_NUMBER() OVER (PARTITION BY
 customer ORDER BY updated_at DESC) AS rn`` filtered to ``rn = 1``: an update of alice's address
@@ -29,12 +32,12 @@ from sqlglot import exp
 
 from dbt_ivm.delta import grouping, plans, relation
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
-from dbt_ivm.layout import key_never_null, layout_of, plan_key
+from dbt_ivm.layout import Layout, key_never_null, layout_of, plan_key, stored_keys
 from dbt_ivm.plan.build import group_placeholder
-from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Window
+from dbt_ivm.plan.nodes import Aggregate, Derived, Plan, Project, Window
 from dbt_ivm.sqltext import WEIGHT
 
-INPUT = "__ivm_win"
+INPUT, KEPT = "__ivm_win", "__ivm_ranked"
 
 
 def contents(plan: Window, ctx: Context, touched: exp.Expr | None = None) -> exp.Select:
@@ -50,7 +53,15 @@ def _over(plan: Window, rows: exp.Expr) -> exp.Select:
         return node
 
     outputs = [exp.alias_(o.expression.transform(qualified), o.name, quoted=True) for o in plan.outputs]
-    return exp.select(*outputs).from_(aliased(rows, INPUT))
+    ranked = exp.select(*outputs).from_(aliased(rows, INPUT))
+    if plan.keep is None:
+        return ranked
+
+    def kept(node: exp.Expr) -> exp.Expr:
+        return exp.column(node.name, KEPT, quoted=True) if isinstance(node, exp.Column) else node
+
+    columns = [exp.column(n, KEPT, quoted=True) for n in plan.names]
+    return exp.select(*columns).from_(aliased(ranked, KEPT)).where(plan.keep.transform(kept))
 
 
 def delta(plan: Window, ctx: Context) -> exp.Query | None:
@@ -59,12 +70,7 @@ def delta(plan: Window, ctx: Context) -> exp.Query | None:
     if found is None:
         return None
     changes = ctx.pinned(found)
-    touched = None
-    if plan.partition_by:
-        columns = [exp.column(n, "__ivm_chg", quoted=True) for n in plan.partition_by]
-        touched = ctx.pinned(
-            exp.select(*columns).from_(aliased(changes, "__ivm_chg")).group_by(*[c.copy() for c in columns])
-        )
+    touched = ctx.pinned(_touched(plan, changes)) if plan.partition_by else None
     if ctx.bindings.before is not None:
         before = contents(plan, ctx.as_before(), touched)
     else:
@@ -86,6 +92,67 @@ def delta(plan: Window, ctx: Context) -> exp.Query | None:
         values.append(exp.alias_(exp.Literal.number(weight), WEIGHT, quoted=True))
         sides.append(exp.select(*values).from_(aliased(side, "__ivm_side")))
     return union_all(sides)
+
+
+def _touched(plan: Window, changes: exp.Expr) -> exp.Select:
+    """The partitions among the input's `changes`, each once."""
+    columns = [exp.column(n, "__ivm_chg", quoted=True) for n in plan.partition_by]
+    return exp.select(*columns).from_(aliased(changes, "__ivm_chg")).group_by(*[c.copy() for c in columns])
+
+
+def stored_partitions(plan: Plan) -> dict[str, str] | None:
+    """For a stream table that is a projection of one window subquery and shows each partition
+    column as it is (`SELECT id, customer FROM (… ROW_NUMBER() OVER (PARTITION BY customer …) AS rn
+    …) WHERE rn = 1`), the stream-table column that holds each partition column (None: another
+    shape). Its stored rows are then the window's rows before the batch, partition by partition."""
+    if not isinstance(plan, Project) or not isinstance(plan.input, Derived):
+        return None
+    item = plan.input
+    if not isinstance(item.plan, Window) or not item.plan.partition_by:
+        return None
+    shown = {  # window output -> stream-table column
+        o.expression.name: o.name
+        for o in plan.outputs
+        if isinstance(o.expression, exp.Column) and o.expression.table == item.alias
+    }
+    passed = {o.expression.name: o.name for o in item.plan.outputs if isinstance(o.expression, exp.Column)}
+    stored = {p: shown.get(passed.get(p, ""), "") for p in item.plan.partition_by}
+    return None if not all(stored.values()) else stored
+
+
+def stored_delta(
+    plan: Project, layout: Layout, ctx: Context, stream_table: exp.Table, stored: dict[str, str]
+) -> exp.Query | None:
+    """A stream table's change when it holds a window's rows (`stored_partitions`): the stored rows of
+    the touched partitions leave (−1) and those partitions, recomputed, enter (+1). The rows before
+    the batch are read from the stream table, one row per kept window row, instead of ranked again.
+
+    Following one row: `latest_order` stores alice's order 7 (rn 1). Her new order 9 touches the
+    partition {alice}: the stored row (7) leaves, her orders are ranked again and order 9 enters.
+    """
+    assert isinstance(plan.input, Derived) and isinstance(plan.input.plan, Window)
+    item, window = plan.input, plan.input.plan
+    found = plans.delta(window.input, ctx)
+    if found is None:
+        return None
+    touched = ctx.pinned(_touched(window, ctx.pinned(found)))
+    table = "__ivm_stored"
+    columns = [exp.column(stored[p], table, quoted=True) for p in window.partition_by]
+    among = grouping.among(touched, window.partition_by, columns, None, ctx.bindings.dialect)
+    leaving = exp.select(
+        *[exp.column(c, table, quoted=True) for c in layout.columns],
+        exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
+    ).from_(aliased(stream_table, table))
+    removed = union_all([leaving.where(a) for a in among])
+    outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in plan.outputs]
+    keys = [
+        exp.alias_(exp.column(pk, owner.alias, quoted=True), name, quoted=True)
+        for owner, pk, name in stored_keys(plan)
+        if name not in plan.names
+    ]
+    added = exp.select(*outputs, *keys, exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True))
+    added = added.from_(aliased(contents(window, ctx, touched), item.alias))
+    return union_all([removed, added])
 
 
 def _keyed_now_minus_batch(

@@ -14,6 +14,7 @@ Values that can change between refreshes are refused by `volatility.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import NoReturn
@@ -478,7 +479,7 @@ class _Planner:
         if where is not None and not (isinstance(where.this, exp.Boolean) and where.this.this):
             if where.this.find(exp.Subquery, exp.Exists):
                 self.refuse(_subquery_form(where.this.find(exp.Subquery, exp.Exists)))
-            relation = Filter(relation, where.this)
+            relation = _folded_into_window(Filter(relation, where.this))
         own = outer | {i.alias for i in all_items(relation)}
         for kind, conjunct in existence:
             relation = self.existence(relation, kind, conjunct, own)
@@ -579,6 +580,38 @@ class _Planner:
             assert isinstance(source, exp.Table)
             names = internal_columns(self.tables[qualified_name(source.db, source.name)])
         return {n.lower() for n in names} if self.case_insensitive else set(names)
+
+
+def _folded_into_window(relation: Filter) -> Relation:
+    """A WHERE over nothing but a subquery of window functions, folded into the window as its `keep`
+    (each conjunct over the subquery's own columns; a correlated one stays a filter).
+
+    >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
+    >>> events = TableInfo("public", "events", (Column("id", "int"), Column("k", "int")), ("id",))
+    >>> plan = build_plan("SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY k ORDER BY id) AS rn "
+    ...                   "FROM events) r WHERE rn = 1", StaticCatalog([events]), "first_events")
+    >>> type(plan.input).__name__, plan.input.plan.keep.sql()
+    ('Derived', '"rn" = 1')
+    """
+    item = relation.input
+    if not isinstance(item, Derived) or not isinstance(item.plan, Window) or item.plan.keep is not None:
+        return relation
+    predicate = relation.predicate
+    conjuncts = list(predicate.flatten()) if isinstance(predicate, exp.And) else [predicate]
+    names = set(item.plan.names)
+
+    def own(conjunct: exp.Expr) -> bool:
+        return all(c.table == item.alias and c.name in names for c in conjunct.find_all(exp.Column))
+
+    folded = [c for c in conjuncts if own(c)]
+    if not folded:
+        return relation
+    keep = _and(folded).transform(
+        lambda n: exp.column(n.name, quoted=True) if isinstance(n, exp.Column) else n
+    )
+    window = Derived(item.position, item.alias, dataclasses.replace(item.plan, keep=keep))
+    rest = [c for c in conjuncts if not own(c)]
+    return Filter(window, _and(rest)) if rest else window
 
 
 def _declared_in(column: exp.Column, alias: str, scope: exp.Select) -> bool:

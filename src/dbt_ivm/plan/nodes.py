@@ -169,6 +169,9 @@ class Window:
     input: Plan
     partition_by: tuple[str, ...]
     outputs: tuple[Output, ...]
+    # The WHERE of the query right above it, over its output names (`rn = 1`), evaluated with the
+    # window: a database can stop ranking a partition early, and a delta carries only kept rows.
+    keep: exp.Expr | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
