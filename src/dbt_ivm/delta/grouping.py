@@ -23,6 +23,7 @@ from sqlglot import exp
 from dbt_ivm.delta import relation
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.terms import Context, Term, aliased, conjunction, term_select, union_all
+from dbt_ivm.keys import key_hash
 from dbt_ivm.plan.build import agg_placeholder, group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate, Relation, never_null
 from dbt_ivm.sqltext import WEIGHT
@@ -272,7 +273,8 @@ def among(
     is a semi join an index or a hash join serves, so a batch touching a few groups reads only their
     rows. PostgreSQL can neither hash nor index IS NOT DISTINCT FROM, so where a value may be NULL
     the rows holding a NULL are a second alternative, gated by a test that runs once: is some
-    touched key NULL at all? Spark's `<=>` is a join key itself:
+    touched key NULL at all? With several values, such a row's touched key is found by the hash of
+    both (a join PostgreSQL can hash), then compared null-safe. Spark's `<=>` is a join key itself:
 
     >>> for found in among(exp.to_table("t"), ["g"], [exp.column("k", "o")], None, "postgres"):
     ...     print(found.sql("postgres"))
@@ -296,8 +298,11 @@ def among(
     null_key = exp.or_(*[exp.Is(this=c.copy(), expression=exp.null()) for c in columns])
     touched_null = exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(null_key))
     holding_null = exp.and_(exp.paren(some_null), touched_null)
-    if len(values) > 1:  # (1, NULL) matches only (1, NULL)
-        holding_null = exp.and_(holding_null, exists(exp.NullSafeEQ))
+    if len(values) > 1:  # (1, NULL) matches only (1, NULL): found by both rows' hash, then compared
+        found = exists(exp.NullSafeEQ)
+        hashed = exp.EQ(this=key_hash(columns), expression=key_hash(values))
+        found.this.set("where", exp.Where(this=exp.and_(hashed, found.this.args["where"].this)))
+        holding_null = exp.and_(holding_null, found)
     return (exists(exp.EQ), holding_null)
 
 
