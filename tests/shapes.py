@@ -638,3 +638,25 @@ class Workload:
 
 def _none_first(value: int | None) -> tuple[bool, int]:
     return (value is not None, value or 0)
+
+
+# Each batch reaches a group whose sum may be left NULL: values leaving with others still set, the
+# last value leaving while a NULL stays, values summing to 0 that stay, a group left with only NULLs
+# and refilled, a NULL group, and a group moving away entirely.
+SUM_IN_DOUBT_ROWS = "(1, 1, 5), (2, 1, NULL), (3, 2, 9), (4, 2, -9), (5, 2, 3), (6, NULL, 4), (7, 3, NULL)"
+SUM_IN_DOUBT_BATCHES = [
+    "DELETE FROM {t} WHERE id = 1; DELETE FROM {t} WHERE id = 5",
+    "INSERT INTO {t} VALUES (8, 1, 0), (9, 3, 2); UPDATE {t} SET amount = NULL WHERE id = 6",
+    "UPDATE {t} SET amount = NULL WHERE id IN (3, 4); DELETE FROM {t} WHERE id = 8",
+    "UPDATE {t} SET customer_id = 4 WHERE customer_id = 2; INSERT INTO {t} VALUES (10, 1, 7), (11, NULL, 1)",
+    "UPDATE {t} SET amount = amount - 7 WHERE id = 10; DELETE FROM {t} WHERE id = 9",
+]
+
+
+def sum_in_doubt_streams(table: str) -> dict[str, str]:
+    """SUMs of a column that may be NULL: shown as it is, and inside an expression (a hidden sum)."""
+    return {
+        "totals": f"SELECT customer_id, SUM(amount) AS total, COUNT(*) AS n FROM {table} GROUP BY customer_id",
+        "doubled": f"SELECT customer_id, SUM(amount) * 2 AS twice, SUM(id) AS ids, COUNT(*) AS n "
+        f"FROM {table} GROUP BY customer_id",
+    }

@@ -6,7 +6,8 @@ Three kinds of stream table:
   updated from its old value and the delta (a reference count, sums, non-NULL counts). State an
   output already holds is kept there (`Layout.shown_states`): a bare ``COUNT(*)`` is the reference
   count, a bare ``COUNT(x)`` the non-NULL count of x, a bare ``SUM(x)`` its sum; states of one
-  quantity share a column. A recomputed
+  quantity share a column. SUM's own non-NULL count is kept nowhere: recounted for the few groups a
+  batch may leave without a value (`Layout.recounted`, `delta/recount.py`). A recomputed
   aggregate (MIN, MAX, HAVING …, see `Aggregate.recomputed`) keeps no state: its touched groups are
   recomputed from their rows.
 * ``keyed`` — a select/project/join over items that all have keys (a table's primary key, a
@@ -29,8 +30,8 @@ Three kinds of stream table:
 >>> plan = build_plan("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
 ...                   StaticCatalog([orders]), "customer_totals")
 >>> lay = layout_of(plan)
->>> lay.kind, lay.key, lay.hidden
-('aggregate', ('customer',), ('__ivm_count', '__ivm_a0_nn'))
+>>> lay.kind, lay.key, lay.hidden, lay.recounted
+('aggregate', ('customer',), ('__ivm_count',), ('__ivm_a0_nn',))
 >>> counted = build_plan("SELECT customer, COUNT(*) AS n FROM orders GROUP BY customer",
 ...                      StaticCatalog([orders]), "order_counts")
 >>> layout_of(counted).hidden, layout_of(counted).stored(COUNT)
@@ -100,6 +101,8 @@ class Layout:
     # aggregate: state kept in a column the query shows (COUNT(*) AS n: the row count is n), as
     # (state, column) pairs; any other state is in the hidden column named like it
     shown_states: tuple[tuple[str, str], ...] = ()
+    # aggregate: SUM's non-NULL counts kept nowhere, recounted where a batch may empty them (`recount`)
+    recounted: tuple[str, ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -246,15 +249,38 @@ def _aggregate_layout(plan: Aggregate, user: tuple[str, ...]) -> Layout:
             hidden.append(column)
         group_columns.append(column)
     shown: dict[str, str] = {}
+    recounted: tuple[str, ...] = ()
     if not plan.recomputed:  # a recomputed group's rows are read again; it keeps no state
         shown = _shown_states(plan)
+        recounted = _recounted_states(plan, shown)
         hidden.extend(
             state
             for state in (COUNT, *(s for call in plan.calls for s in state_columns(call)))
-            if state not in shown
+            if state not in shown and state not in recounted
         )
     return Layout(
-        "aggregate", user, tuple(hidden), tuple(group_columns), tuple(group_columns), tuple(shown.items())
+        "aggregate",
+        user,
+        tuple(hidden),
+        tuple(group_columns),
+        tuple(group_columns),
+        tuple(shown.items()),
+        recounted,
+    )
+
+
+def _recounted_states(plan: Aggregate, shown: dict[str, str]) -> tuple[str, ...]:
+    """SUM's non-NULL counts that no column the query shows holds and no other call reads (AVG
+    divides by it, COUNT(x) is it): recounted instead of stored, per group (`delta/recount.py`). A
+    global aggregate keeps its count: recounting it would read the whole input."""
+    if not plan.group_by:
+        return ()
+    counts = {state_columns(c)[1]: c.argument for c in plan.calls if c.func == SUM.name}
+    counted_elsewhere = [c.argument for c in plan.calls if c.func != SUM.name]
+    return tuple(
+        state
+        for state, argument in counts.items()
+        if shown.get(state, state) in counts and argument not in counted_elsewhere
     )
 
 

@@ -24,6 +24,7 @@ from tests.postgres.streams import (
     rows,
     value,
 )
+from tests.shapes import SUM_IN_DOUBT_BATCHES, SUM_IN_DOUBT_ROWS, sum_in_doubt_streams
 
 pytestmark = pytest.mark.postgres
 
@@ -462,6 +463,27 @@ def test_aggregate_state_shares_the_columns_that_hold_it(pg_conn: Any) -> None:
         "UPDATE orders SET customer_id = 1 WHERE id IN (4, 5); DELETE FROM orders WHERE id = 1",
     ]
     _refresh_after_each(pg_conn, {"st": sql}, batches)
+
+
+def test_a_sums_non_null_count_is_recounted_only_in_doubt(pg_conn: Any) -> None:
+    """SUM(amount) over a column that may be NULL keeps no non-NULL count: a group is recounted only
+    when a batch removes a value and leaves its sum at 0. The table holds only the query's columns,
+    through sums going NULL, staying at 0 and coming back. A table an earlier dbt-ivm built with the
+    count stored is rebuilt once."""
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric(10,2));"
+        f"INSERT INTO orders VALUES {SUM_IN_DOUBT_ROWS}",
+    )
+    streams = sum_in_doubt_streams("orders")
+    _created_with_only_model_columns(pg_conn, {"totals": streams["totals"]})
+    refresh_and_check(pg_conn, "doubled", streams["doubled"])
+    assert _stored_columns(pg_conn, "doubled") == ["customer_id", "twice", "ids", "n", "__ivm_a0_sum"]
+    _refresh_after_each(pg_conn, streams, [b.format(t="orders") for b in SUM_IN_DOUBT_BATCHES])
+    user = _stored_columns(pg_conn, "totals")
+    _as_an_earlier_version_left_it(pg_conn, "totals", ("__ivm_a0_nn", "bigint", "n"), user[:1])
+    execute(pg_conn, "INSERT INTO orders VALUES (12, 1, 1)")
+    _rebuilt_for_its_layout(pg_conn, "totals", streams["totals"])
 
 
 def test_a_join_to_an_aggregate_on_its_group_key_is_keyed(pg_conn: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.shapes import SUM_IN_DOUBT_BATCHES, SUM_IN_DOUBT_ROWS, sum_in_doubt_streams
 from tests.spark.oracle import refresh_and_check
 
 pytestmark = pytest.mark.spark
@@ -49,3 +50,27 @@ def test_groups_appear_change_vanish_and_stay(spark: Any, spark_schema: str) -> 
     }
     spark.sql(f"INSERT INTO {s}.orders VALUES (7,'a',1)")
     assert refresh("again")["totals"] == ("DIFFERENTIAL", 1, 0, 0)
+
+
+def test_a_sums_non_null_count_is_recounted_only_in_doubt(spark: Any, spark_schema: str) -> None:
+    """SUM over a column that may be NULL stores no non-NULL count (a group is recounted when a batch
+    removes a value and leaves its sum at 0): only the query's columns, through sums going NULL,
+    staying at 0 and coming back, and a hidden sum where the query shows none as it is."""
+    s = spark_schema
+    table = f"{s}.orders"
+    spark.sql(f"CREATE TABLE {table} (id int, customer_id int, amount decimal(10,2)) USING iceberg")
+    spark.sql(f"INSERT INTO {table} VALUES {SUM_IN_DOUBT_ROWS}")
+    streams = sum_in_doubt_streams(table)
+    for name, sql in streams.items():
+        refresh_and_check(spark, s, name, sql, "create", refresh_mode="differential")
+    columns = {name: [f.name for f in spark.table(f"{s}.{name}").schema.fields] for name in streams}
+    assert columns == {
+        "totals": ["customer_id", "total", "n"],
+        "doubled": ["customer_id", "twice", "ids", "n", "__ivm_a0_sum"],
+    }
+    for number, batch in enumerate(SUM_IN_DOUBT_BATCHES):
+        for statement in batch.format(t=table).split("; "):
+            spark.sql(statement)
+        for name, sql in streams.items():
+            result = refresh_and_check(spark, s, name, sql, f"batch {number}", refresh_mode="differential")
+            assert result.action == "DIFFERENTIAL", (name, result.summary())

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dbt_ivm.delta import extremes, grouping, plans, relation, topk, window
+from dbt_ivm.delta import extremes, grouping, plans, recount, relation, topk, window
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
@@ -176,7 +176,7 @@ class GroupChange:
 
     plan: Aggregate
     layout: Layout
-    delta: exp.Select
+    delta: exp.Query
     types: dict[int, exp.DataType]
 
     def merged(self, stored: str, change: str) -> dict[str, exp.Expr]:
@@ -191,6 +191,9 @@ class GroupChange:
             names = grouping.state_names(call)
             old: list[exp.Expr] = [exp.column(self.layout.stored(n), stored, quoted=True) for n in names]
             new: list[exp.Expr] = [exp.column(n, change, quoted=True) for n in names]
+            if names and names[-1] in self.layout.recounted:  # SUM's count: a stand-in, right where 0
+                new[-1] = recount.count_after(old[0].copy(), change, names[-1])
+                old[-1] = exp.Literal.number(0)
             values.update(zip(names, REGISTRY[call.func].merge(old, new), strict=True))
         return values
 
@@ -220,9 +223,12 @@ class GroupChange:
         return match(stored, self.layout.key, self.group_keys(change), target)
 
 
-def group_change(plan: Plan, layout: Layout, ctx: Context) -> GroupChange | None:
+def group_change(
+    plan: Plan, layout: Layout, ctx: Context, stream_table: exp.Table, target: Target
+) -> GroupChange | None:
     """The batch as a change per group, for an aggregate that keeps its state (None: any other plan,
-    or no source changed)."""
+    or no source changed). Counts it keeps nowhere are recounted for the groups in doubt, whose stored
+    rows `stream_table` holds (`recount`)."""
     plans.context(ctx)
     if layout.kind != "aggregate" or not isinstance(plan, Aggregate) or plan.recomputed:
         return None
@@ -236,13 +242,14 @@ def group_change(plan: Plan, layout: Layout, ctx: Context) -> GroupChange | None
     ).from_(aliased(changes, changes_alias))
     if plan.group_by:
         delta = delta.group_by(*grouping.group_columns(plan, changes_alias))
-    return GroupChange(plan, layout, delta, ctx.call_types.get(id(plan), {}))
+    counted = recount.with_recounts(plan, layout, delta, ctx, stream_table, target)
+    return GroupChange(plan, layout, counted, ctx.call_types.get(id(plan), {}))
 
 
 def _stored_aggregate_delta(
     plan: Aggregate, layout: Layout, ctx: Context, table: exp.Table, target: Target
 ) -> exp.Query | None:
-    change = group_change(plan, layout, ctx)
+    change = group_change(plan, layout, ctx, table, target)
     if change is None:
         return None
     pinned = ctx.pinned(change.delta)  # read twice: the groups' old rows and their new ones

@@ -172,7 +172,7 @@ def render(
     """The MERGE applying the delta of `ctx`'s change sets (None: no change set reaches the table)."""
 
     def build(pinned: Context) -> exp.Expr | None:
-        change = stream.group_change(plan, layout, pinned)
+        change = stream.group_change(plan, layout, pinned, stream_table, target)
         if change is not None:  # an aggregate keeping its state: each group's row is found once
             return grouped.group_merge(change, stream_table, target)
         delta = stream.row_delta(plan, layout, pinned, stream_table, target)

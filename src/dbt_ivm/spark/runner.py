@@ -485,9 +485,9 @@ def _refresh(
             )
             context = _context(compiled, bindings, views)
             # A stored aggregate applies its change per group; any other plan, its row delta.
-            delta = stream.group_change(compiled.plan, compiled.layout, context) or stream.row_delta(
+            delta = stream.group_change(
                 compiled.plan, compiled.layout, context, _table(spec), SPARK
-            )
+            ) or stream.row_delta(compiled.plan, compiled.layout, context, _table(spec), SPARK)
     if reason is None:
         assert compiled.layout is not None
         result = RefreshResult(action="DIFFERENTIAL", reason=differential_reason)
