@@ -98,42 +98,14 @@ def with_recounts(
         ],
     )
     recount = recount.from_(aliased(rows, source)).group_by(*grouping.group_columns(plan, source))
-    return _joined(pinned, names, recount, [recount_column(count) for _, _, count in calls], len(keys))
-
-
-def _joined(
-    change: exp.Expr, names: list[str], recount: exp.Select, counts: list[str], keys: int
-) -> exp.Select:
-    """Each group's change with its recounts (NULL: not recounted): both unioned and taken per group,
-    where NULL keys meet as one group, so that no join compares keys that may be NULL (PostgreSQL
-    can neither hash nor index IS NOT DISTINCT FROM). A group has one change row; MAX keeps its values
-    and their types."""
-    groups = [group_placeholder(i) for i in range(keys)]
-    no_count = exp.cast(exp.null(), exp.DataType.build("bigint"))
-    changed = exp.select(
+    joined = exp.select(
         *[exp.column(n, CHANGE, quoted=True) for n in names],
-        *[exp.alias_(no_count.copy(), c, quoted=True) for c in counts],
-    ).from_(aliased(change, CHANGE))
-    recounted = exp.select(
-        *[
-            exp.column(n, RECOUNT, quoted=True) if n in groups else exp.alias_(exp.null(), n, quoted=True)
-            for n in names
-        ],
-        *[exp.column(c, RECOUNT, quoted=True) for c in counts],
-    ).from_(aliased(recount, RECOUNT))
-    both = "__ivm_both"
-    values = [
-        exp.column(n, both, quoted=True)
-        if n in groups
-        else exp.alias_(exp.Max(this=exp.column(n, both, quoted=True)), n, quoted=True)
-        for n in [*names, *counts]
-    ]
-    union = exp.union(changed, recounted, distinct=False)
-    return (
-        exp.select(*values)
-        .from_(aliased(union, both))
-        .group_by(*[exp.column(g, both, quoted=True) for g in groups])
-    )
+        *[exp.column(recount_column(count), RECOUNT, quoted=True) for _, _, count in calls],
+    ).from_(aliased(pinned, CHANGE))
+    groups = [group_placeholder(i) for i in range(len(plan.group_by))]
+    never_null = grouping.never_null_groups(plan)
+    dialect = ctx.bindings.dialect
+    return grouping.left_joined_on_keys(joined, recount, groups, (CHANGE, RECOUNT), never_null, dialect, True)
 
 
 def count_after(stored_total: exp.Expr, change: str, count: str) -> exp.Expr:
