@@ -8,9 +8,9 @@ non-NULL values and leaves its sum at exactly 0 is in doubt, and for those group
 counted again over their rows.
 
 Following one row: ``SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY
-customer`` stores (alice, 30.00, 2). Deleting her 10.00 order leaves 20.00: not in doubt, nothing
-is read. Deleting then her 20.00 order, while an order with no amount remains, leaves the sum at 0
-after a non-NULL value left: alice's orders are read, none has an amount, and her total is NULL.
+customer`` stores (alice, 30.00, 3): orders of 10.00, 20.00 and one without an amount. Deleting
+the 10.00 order leaves 20.00: not in doubt, nothing is read. Deleting then the 20.00 order leaves
+the sum at 0 after a value left: alice's orders are read, none has an amount, her total is NULL.
 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.layout import layout_of

@@ -97,7 +97,8 @@ def row_delta(
     plans.context(ctx)
     stored_partitions = window.stored_partitions(plan)
     if stored_partitions is not None and isinstance(plan, Project):
-        return window.stored_delta(plan, layout, ctx, stream_table, stored_partitions)
+        columns = _outputs(plan) + _key_projections(plan)
+        return window.stored_delta(plan, layout, columns, ctx, stream_table, stored_partitions)
     if layout.kind == "keyed" and isinstance(plan, Project):
         columns = _outputs(plan) + _key_projections(plan)
         terms = relation.delta(plan.input, ctx)

@@ -32,7 +32,7 @@ from sqlglot import exp
 
 from dbt_ivm.delta import grouping, plans, relation
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
-from dbt_ivm.layout import Layout, key_never_null, layout_of, plan_key, stored_keys
+from dbt_ivm.layout import Layout, key_never_null, layout_of, plan_key
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.plan.nodes import Aggregate, Derived, Plan, Project, Window
 from dbt_ivm.sqltext import WEIGHT
@@ -121,11 +121,17 @@ def stored_partitions(plan: Plan) -> dict[str, str] | None:
 
 
 def stored_delta(
-    plan: Project, layout: Layout, ctx: Context, stream_table: exp.Table, stored: dict[str, str]
+    plan: Project,
+    layout: Layout,
+    columns: list[exp.Expr],
+    ctx: Context,
+    stream_table: exp.Table,
+    stored: dict[str, str],
 ) -> exp.Query | None:
     """A stream table's change when it holds a window's rows (`stored_partitions`): the stored rows of
-    the touched partitions leave (−1) and those partitions, recomputed, enter (+1). The rows before
-    the batch are read from the stream table, one row per kept window row, instead of ranked again.
+    the touched partitions leave (−1) and those partitions, recomputed, enter (+1) as the table's
+    `columns` over the window's rows. The rows before the batch are read from the stream table, one
+    row per kept window row, instead of ranked again.
 
     Following one row: `latest_order` stores alice's order 7 (rn 1). Her new order 9 touches the
     partition {alice}: the stored row (7) leaves, her orders are ranked again and order 9 enters.
@@ -135,22 +141,16 @@ def stored_delta(
     found = plans.delta(window.input, ctx)
     if found is None:
         return None
-    touched = ctx.pinned(_touched(window, ctx.pinned(found)))
+    touched = ctx.pinned(_touched(window, found))
     table = "__ivm_stored"
-    columns = [exp.column(stored[p], table, quoted=True) for p in window.partition_by]
-    among = grouping.among(touched, window.partition_by, columns, None, ctx.bindings.dialect)
+    partitions = [exp.column(stored[p], table, quoted=True) for p in window.partition_by]
+    among = grouping.among(touched, window.partition_by, partitions, None, ctx.bindings.dialect)
     leaving = exp.select(
         *[exp.column(c, table, quoted=True) for c in layout.columns],
         exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
     ).from_(aliased(stream_table, table))
     removed = union_all([leaving.where(a) for a in among])
-    outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in plan.outputs]
-    keys = [
-        exp.alias_(exp.column(pk, owner.alias, quoted=True), name, quoted=True)
-        for owner, pk, name in stored_keys(plan)
-        if name not in plan.names
-    ]
-    added = exp.select(*outputs, *keys, exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True))
+    added = exp.select(*columns, exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True))
     added = added.from_(aliased(contents(window, ctx, touched), item.alias))
     return union_all([removed, added])
 
