@@ -7,7 +7,8 @@
 
 {#- dbt-postgres's `indexes` config against the stream table's indexes (see the materialization). -#}
 {% macro ivm_postgres__stream_table_index_changes(relation) %}
-  {{ return(adapter.ivm_index_changes(relation, config.get('indexes', []) or [])) }}
+  {{ return(adapter.ivm_index_changes(relation, config.get('indexes', []) or [],
+      ivm_stream_table_config()['ivm_catalog_schema'])) }}
 {% endmacro %}
 
 

@@ -220,9 +220,14 @@ class IvmPostgresAdapter(CatalogOfStreamTables, PostgresAdapter):
         return user if len(user) < len(names) else None
 
     @available.parse(lambda *args, **kwargs: {})
-    def ivm_index_changes(self, relation: BaseRelation, indexes: list[dict[str, Any]]) -> dict[str, Any]:
+    def ivm_index_changes(
+        self, relation: BaseRelation, indexes: list[dict[str, Any]], catalog_schema: str
+    ) -> dict[str, Any]:
         """The `indexes` config against the table's indexes (dbt.adapters.ivm_postgres.indexes): which
         configured ones to create, which of its own to drop (names), and a description of both."""
+        from dbt_ivm.postgres.db import Db
+        from dbt_ivm.postgres.registrations import registered_relations
+
         wanted = []
         for raw in indexes:
             parsed = self.parse_index(raw)
@@ -235,10 +240,17 @@ class IvmPostgresAdapter(CatalogOfStreamTables, PostgresAdapter):
             for name, method, unique, columns, constraint in cursor.fetchall()
         ]
         found = index_changes.changes(wanted, existing)
+        try:  # registered, whether or not it has hidden columns
+            registered = (relation.schema, relation.identifier) in {
+                (schema, table)
+                for _, schema, table in registered_relations(Db(self._engine_connection()), catalog_schema)
+            }
+        except psycopg2.Error:
+            self._discard_engine_connection()
+            raise
         return {
             # Only a stream table has a config to compare with; a plain table is rebuilt anyway.
-            "any": bool(found.create or found.drop)
-            and self.ivm_stream_table_user_columns(relation) is not None,
+            "any": bool(found.create or found.drop) and registered,
             "create": [indexes[n] for n in found.create],
             "drop": [index.name for index in found.drop],
             "described": found.describe(),
