@@ -11,7 +11,9 @@ of a small table. The backend measures what it can and `choose` weighs it:
   they decide whenever there are some of both kinds.
 - **planner** (PostgreSQL): the planner's total cost of what each path computes, in the planner's
   units; it decides when history cannot. FULL's measured seconds per planner unit turn the
-  differential's cost into seconds, and that estimate is recorded with the refresh: a FULL refresh
+  differential's extra units into seconds (at most `MAX_SECONDS_PER_UNIT` each: a small table's FULL
+  time is mostly the fixed cost both paths pay, which its few units would otherwise each carry a
+  share of), and that estimate is recorded with the refresh: a FULL refresh
   chosen this way leaves a differential "sample" behind, so the next refreshes are decided by
   history without building a delta, until it is `RECENT` refreshes old and the planner is asked again.
 
@@ -37,6 +39,10 @@ SAMPLES = 5  # the most recent refreshes of each kind whose median counts
 RECENT = 20
 FULL_ACTIONS = ("FULL", "CREATE", "REBUILD")  # each computes the contents from scratch
 TINY = 1e-9  # a cost or duration of 0 divides as this
+# A planner unit takes 3-24 us of work on a cached table here (an aggregate, a join and a window over
+# 10k and 1M rows; benchmarks/bench_planner_units.py); 100 us leaves room for slower disks. Where FULL's
+# seconds per unit are above it, they are fixed cost (100 rows: 4 units, a 0.19 s CREATE), not work.
+MAX_SECONDS_PER_UNIT = 1e-4
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,12 @@ def choose(changes: int, history: Sequence[PastRefresh], planner: PlannerCosts |
     >>> choose(10, created, PlannerCosts(differential=120, full=17_900)).action
     'DIFFERENTIAL'
 
+    A table of a few rows: FULL's 0.8 s are fixed cost, not 4 units' work; 19 units are no saving.
+
+    >>> print(choose(10, created, PlannerCosts(differential=19, full=4)).reason)
+    differential estimated 1.0x the cost of FULL (planner: 19 vs 4, a unit at most 100 us, i.e. ~0.80
+    s against FULL's recent 0.80 s)
+
     That estimate, left by a FULL refresh, stands in for a differential one; a much smaller batch
     is estimated in proportion.
 
@@ -175,13 +187,19 @@ def choose(changes: int, history: Sequence[PastRefresh], planner: PlannerCosts |
         )
         ratio = estimate / max(full_seconds, TINY)
     elif planner is not None:
-        ratio = planner.differential / max(planner.full, TINY)
         numbers = f"planner: {planner.differential:,.0f} vs {planner.full:,.0f}"
         if full_seconds is None:
+            ratio = planner.differential / max(planner.full, TINY)
             estimate = None  # no seconds to weigh a saving in: not switching on units alone
             numbers += ", no FULL refresh timed yet"
         else:
-            estimate = recorded = ratio * full_seconds
+            per_unit = full_seconds / max(planner.full, TINY)
+            if per_unit > MAX_SECONDS_PER_UNIT:
+                per_unit = MAX_SECONDS_PER_UNIT
+                numbers += f", a unit at most {MAX_SECONDS_PER_UNIT * 1e6:.0f} us"
+            # Both paths pay FULL's fixed cost; the differential's extra units are its own.
+            estimate = recorded = max(full_seconds + (planner.differential - planner.full) * per_unit, 0.0)
+            ratio = estimate / max(full_seconds, TINY)
             numbers += f", i.e. ~{estimate:.2f} s against FULL's recent {full_seconds:.2f} s"
     else:
         return Choice("DIFFERENTIAL", None)

@@ -108,3 +108,16 @@ def test_differential_mode_never_weighs(table: Any, pg_dsn: str) -> None:
         )
         assert (result.action, result.reason) == ("DIFFERENTIAL", None)
         assert not [s for s in conn.statements if s.startswith("EXPLAIN") or "ORDER BY refresh_id DESC" in s]
+
+
+def test_a_slow_create_of_a_small_table_is_no_reason_to_recompute(pg_conn: Any) -> None:
+    """A few rows' FULL costs the planner a few units; the seconds a CREATE took on a busy machine
+    are fixed cost both paths pay, not work per unit, so a delta of a few more units saves nothing."""
+    execute(pg_conn, "CREATE TABLE t (id int PRIMARY KEY, k int NOT NULL, v int NOT NULL)")
+    execute(pg_conn, "INSERT INTO t SELECT i, i % 3, i FROM generate_series(1, 100) i; ANALYZE t")
+    refresh_and_check(pg_conn, "totals", TOTALS)
+    execute(pg_conn, f"UPDATE {CATALOG}.refresh_history SET duration_seconds = 5 WHERE action = 'CREATE'")
+    execute(pg_conn, "UPDATE t SET v = v + 1 WHERE id <= 5")
+    result = refresh_and_check(pg_conn, "totals", TOTALS, "after a 5 s CREATE")
+    assert result.action == "DIFFERENTIAL", result.summary()
+    assert result.reason is not None and "a unit at most 100 us" in result.reason, result.reason
