@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 STREAMS = {
     "customer_totals": "SELECT customer_id, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY customer_id",
+    "customer_sums": "SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id",
     "big_orders": "SELECT id, customer_id, amount FROM orders WHERE amount > 100",
     "order_names": "SELECT o.id, c.name, o.amount FROM orders o JOIN customers c ON o.customer_id = c.id",
     "order_customer": (

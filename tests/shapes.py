@@ -76,6 +76,7 @@ ONLY_MODEL_COLUMNS = frozenset(
         "shared_state",
         "derived_aggregate_join",
         "derived_min_join",
+        "aggregate_over_left_join",
         "scalar_subquery_where",
         "scalar_subquery_select",
         "max_per_customer",
@@ -654,9 +655,13 @@ SUM_IN_DOUBT_BATCHES = [
 
 
 def sum_in_doubt_streams(table: str) -> dict[str, str]:
-    """SUMs of a column that may be NULL: shown as it is, and inside an expression (a hidden sum)."""
+    """SUMs of a column that may be NULL: shown as it is, and inside an expression (a hidden sum); and
+    groups whose row count no column shows, kept only by a sum or a count of values (`sums`,
+    `priced`: a group whose sum lands on 0 or whose values all go may still have rows)."""
     return {
         "totals": f"SELECT customer_id, SUM(amount) AS total, COUNT(*) AS n FROM {table} GROUP BY customer_id",
         "doubled": f"SELECT customer_id, SUM(amount) * 2 AS twice, SUM(id) AS ids, COUNT(*) AS n "
         f"FROM {table} GROUP BY customer_id",
+        "sums": f"SELECT customer_id, SUM(amount) AS total FROM {table} GROUP BY customer_id",
+        "priced": f"SELECT customer_id, COUNT(amount) AS priced FROM {table} GROUP BY customer_id",
     }

@@ -7,7 +7,9 @@ Three kinds of stream table:
   output already holds is kept there (`Layout.shown_states`): a bare ``COUNT(*)`` is the reference
   count, a bare ``COUNT(x)`` the non-NULL count of x, a bare ``SUM(x)`` its sum; states of one
   quantity share a column. SUM's own non-NULL count is kept nowhere: recounted for the few groups a
-  batch may leave without a value (`Layout.recounted`, `delta/recount.py`). A recomputed
+  batch may leave without a value; nor is the row count where a sum or a count of values can prove
+  a group still has rows: recounted for the few groups a batch may empty (`Layout.recounted`,
+  `delta/recount.py`). A recomputed
   aggregate (MIN, MAX, HAVING …, see `Aggregate.recomputed`) keeps no state: its touched groups are
   recomputed from their rows.
 * ``keyed`` — a select/project/join over items that all have keys (a table's primary key, a
@@ -31,7 +33,10 @@ Three kinds of stream table:
 ...                   StaticCatalog([orders]), "customer_totals")
 >>> lay = layout_of(plan)
 >>> lay.kind, lay.key, lay.hidden, lay.recounted
-('aggregate', ('customer',), ('__ivm_count',), ('__ivm_a0_nn',))
+('aggregate', ('customer',), (), ('__ivm_count', '__ivm_a0_nn'))
+>>> distinct = build_plan("SELECT DISTINCT customer FROM orders", StaticCatalog([orders]), "buyers")
+>>> layout_of(distinct).hidden  # nothing proves a group still has rows: its count is kept
+('__ivm_count',)
 >>> counted = build_plan("SELECT customer, COUNT(*) AS n FROM orders GROUP BY customer",
 ...                      StaticCatalog([orders]), "order_counts")
 >>> layout_of(counted).hidden, layout_of(counted).stored(COUNT)
@@ -101,7 +106,8 @@ class Layout:
     # aggregate: state kept in a column the query shows (COUNT(*) AS n: the row count is n), as
     # (state, column) pairs; any other state is in the hidden column named like it
     shown_states: tuple[tuple[str, str], ...] = ()
-    # aggregate: SUM's non-NULL counts kept nowhere, recounted where a batch may empty them (`recount`)
+    # aggregate: counts kept nowhere (the row count, SUM's non-NULL counts), recounted per group
+    # where a batch may empty them (`delta/recount.py`)
     recounted: tuple[str, ...] = ()
 
     @property
@@ -270,18 +276,30 @@ def _aggregate_layout(plan: Aggregate, user: tuple[str, ...]) -> Layout:
 
 
 def _recounted_states(plan: Aggregate, shown: dict[str, str]) -> tuple[str, ...]:
-    """SUM's non-NULL counts that no column the query shows holds and no other call reads (AVG
-    divides by it, COUNT(x) is it): recounted instead of stored, per group (`delta/recount.py`). A
-    global aggregate keeps its count: recounting it would read the whole input."""
+    """Counts kept nowhere, recounted per group where a batch may have emptied them
+    (`delta/recount.py`): SUM's non-NULL counts that no column the query shows holds and no other
+    call reads (AVG divides by it, COUNT(x) is it); and the group's row count, where no column shows
+    it, no output reads its value (COUNT(*) + 1) and a SUM, AVG or COUNT(x) can prove a group still
+    has rows (a sum other than 0, a count of
+    values above 0), so that only groups left without that proof are read. A global aggregate keeps
+    its counts: recounting them would read the whole input."""
     if not plan.group_by:
         return ()
     counts = {state_columns(c)[1]: c.argument for c in plan.calls if c.func == SUM.name}
     counted_elsewhere = [c.argument for c in plan.calls if c.func != SUM.name]
-    return tuple(
+    recounted = [
         state
         for state, argument in counts.items()
         if shown.get(state, state) in counts and argument not in counted_elsewhere
-    )
+    ]
+    reads_rows = any(c.func == COUNT_STAR.name for c in plan.calls) or COUNT in shown.values()
+    if COUNT not in shown and not reads_rows and any(c.func in PROVING for c in plan.calls):
+        recounted.insert(0, COUNT)
+    return tuple(recounted)
+
+
+# Calls whose state after a batch can prove that a group still has rows (`delta/recount.py`).
+PROVING = (SUM.name, AVG.name, COUNT_NON_NULL.name)
 
 
 # What each state of an aggregate holds: the sum of its argument, or how many rows have it non-NULL.

@@ -467,8 +467,10 @@ def test_aggregate_state_shares_the_columns_that_hold_it(pg_conn: Any) -> None:
 
 def test_a_sums_non_null_count_is_recounted_only_in_doubt(pg_conn: Any) -> None:
     """SUM(amount) over a column that may be NULL keeps no non-NULL count: a group is recounted only
-    when a batch removes a value and leaves its sum at 0. The table holds only the query's columns,
-    through sums going NULL, staying at 0 and coming back. A table an earlier dbt-ivm built with the
+    when a batch removes a value and leaves its sum at 0. Nor is the row count kept where no column
+    shows it: a group is recounted when a batch removes rows and leaves no sum other than 0 and no
+    count of values above 0. The tables hold only the query's columns, through sums going NULL,
+    staying at 0 and coming back, and groups emptied. A table an earlier dbt-ivm built with the
     count stored is rebuilt once."""
     execute(
         pg_conn,
@@ -476,7 +478,7 @@ def test_a_sums_non_null_count_is_recounted_only_in_doubt(pg_conn: Any) -> None:
         f"INSERT INTO orders VALUES {SUM_IN_DOUBT_ROWS}",
     )
     streams = sum_in_doubt_streams("orders")
-    _created_with_only_model_columns(pg_conn, {"totals": streams["totals"]})
+    _created_with_only_model_columns(pg_conn, {n: streams[n] for n in ("totals", "sums", "priced")})
     refresh_and_check(pg_conn, "doubled", streams["doubled"])
     assert _stored_columns(pg_conn, "doubled") == ["customer_id", "twice", "ids", "n", "__ivm_a0_sum"]
     _refresh_after_each(pg_conn, streams, [b.format(t="orders") for b in SUM_IN_DOUBT_BATCHES])
@@ -484,6 +486,32 @@ def test_a_sums_non_null_count_is_recounted_only_in_doubt(pg_conn: Any) -> None:
     _as_an_earlier_version_left_it(pg_conn, "totals", ("__ivm_a0_nn", "bigint", "n"), user[:1])
     execute(pg_conn, "INSERT INTO orders VALUES (12, 1, 1)")
     _rebuilt_for_its_layout(pg_conn, "totals", streams["totals"])
+
+
+def test_a_group_a_joins_delta_adds_and_takes_back_is_no_row(pg_conn: Any) -> None:
+    """Totals per customer name over a join, no row count stored: an order for a customer who had
+    none arrives in the batch that deletes the customer, so the join's delta adds the pair and takes
+    it back. The group's change is all 0; it must not become a row (nor leave one that is there)."""
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (id int PRIMARY KEY, name text);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric(10,2));"
+        "INSERT INTO customers VALUES (1, 'alice'), (2, 'bob'), (5, 'eve');"
+        "INSERT INTO orders VALUES (1, 1, 5), (2, 2, NULL)",
+    )
+    streams = {
+        "named": "SELECT c.name, SUM(o.amount) AS total FROM orders o JOIN customers c "
+        "ON o.customer_id = c.id GROUP BY c.name",
+        "priced": "SELECT c.name, COUNT(o.amount) AS priced FROM orders o JOIN customers c "
+        "ON o.customer_id = c.id GROUP BY c.name",
+    }
+    _created_with_only_model_columns(pg_conn, streams)
+    batches = [
+        "INSERT INTO orders VALUES (3, 5, 4); DELETE FROM customers WHERE id = 5",
+        "INSERT INTO orders VALUES (4, 2, 0); DELETE FROM customers WHERE id = 2",
+        "INSERT INTO customers VALUES (5, 'eve'), (2, 'bob'); DELETE FROM orders WHERE id = 3",
+    ]
+    _refresh_after_each(pg_conn, streams, batches)
 
 
 def test_a_join_to_an_aggregate_on_its_group_key_is_keyed(pg_conn: Any) -> None:

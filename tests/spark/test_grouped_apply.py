@@ -67,6 +67,8 @@ def test_a_sums_non_null_count_is_recounted_only_in_doubt(spark: Any, spark_sche
     assert columns == {
         "totals": ["customer_id", "total", "n"],
         "doubled": ["customer_id", "twice", "ids", "n", "__ivm_a0_sum"],
+        "sums": ["customer_id", "total"],
+        "priced": ["customer_id", "priced"],
     }
     for number, batch in enumerate(SUM_IN_DOUBT_BATCHES):
         for statement in batch.format(t=table).split("; "):

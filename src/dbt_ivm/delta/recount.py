@@ -1,4 +1,5 @@
-"""SUM's non-NULL count, kept nowhere: recounted only for the groups a batch may have left without one.
+"""Counts kept nowhere, recounted only for the groups a batch may have emptied: SUM's non-NULL count,
+and the group's row count.
 
 SUM(x) over a column that may be NULL is NULL for a group where no row has x set, so its running
 state needs to know when that count reaches 0. The stored sum itself tells most of it: a group whose
@@ -7,20 +8,26 @@ one; a group left with a sum other than 0 has some value set. Only a group whose
 non-NULL values and leaves its sum at exactly 0 is in doubt, and for those groups alone `x` is
 counted again over their rows.
 
-Following one row: ``SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY
-customer`` stores (alice, 30.00, 3): orders of 10.00, 20.00 and one without an amount. Deleting
-the 10.00 order leaves 20.00: not in doubt, nothing is read. Deleting then the 20.00 order leaves
-the sum at 0 after a value left: alice's orders are read, none has an amount, her total is NULL.
+The row count says when a group's row goes. A stored group whose batch removes no rows keeps some;
+one the batch removes rows from keeps some where a SUM after the batch is not 0 or a COUNT(x) is
+above 0. Only the others are in doubt and counted again; a group of them that has no rows left gets
+no recount row, and goes.
+
+Following one row: ``SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer`` stores
+(alice, 30.00): orders of 10.00, 20.00 and one without an amount. Deleting the 10.00 order leaves
+20.00: not in doubt, nothing is read. Deleting then the 20.00 order leaves the sum at 0 after a
+value and a row left: alice's orders are read, one is left and none has an amount, her total is
+NULL. Deleting the last one, her orders are read again: none is left, her row goes.
 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.layout import layout_of
 >>> from dbt_ivm.plan import build_plan
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
 ...                    Column("amount", "numeric")), ("id",))
->>> plan = build_plan("SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY customer",
+>>> plan = build_plan("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
 ...                   StaticCatalog([orders]), "customer_totals")
 >>> layout_of(plan).hidden, layout_of(plan).recounted
-((), ('__ivm_a0_nn',))
+((), ('__ivm_count', '__ivm_a0_nn'))
 """
 
 from __future__ import annotations
@@ -28,10 +35,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dbt_ivm.delta import grouping
+from dbt_ivm.delta.aggregates.count import COUNT as COUNT_NON_NULL
 from dbt_ivm.delta.aggregates.sum import SUM
 from dbt_ivm.delta.terms import Context, aliased
 from dbt_ivm.keys import Target, match
-from dbt_ivm.layout import Layout
+from dbt_ivm.layout import COUNT, PROVING, Layout
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate
 
@@ -54,27 +62,82 @@ def recounted_calls(plan: Aggregate, layout: Layout) -> list[tuple[AggCall, str,
     return found
 
 
+def _after(layout: Layout, state: str, stored: str, change: str) -> exp.Expr:
+    """A state's value after the batch, NULLs as 0: the stored value plus the change."""
+    return exp.Add(
+        this=exp.func(
+            "COALESCE", exp.column(layout.stored(state), stored, quoted=True), exp.Literal.number(0)
+        ),
+        expression=exp.func("COALESCE", exp.column(state, change, quoted=True), exp.Literal.number(0)),
+    )
+
+
+def _has_rows(plan: Aggregate, layout: Layout, stored: str, change: str) -> exp.Expr:
+    """True where a state after the batch proves the group has rows: a sum other than 0 (of exact
+    numbers: SUM over floating point is refused), or a count of values above 0."""
+    proofs: list[exp.Expr] = []
+    for call in plan.calls:
+        if call.func in PROVING:
+            first = grouping.state_names(call)[0]  # the sum of SUM and AVG, COUNT(x)'s count
+            after = _after(layout, first, stored, change)
+            zero = exp.Literal.number(0)
+            proofs.append(
+                exp.GT(this=after, expression=zero)
+                if call.func == COUNT_NON_NULL.name
+                else exp.NEQ(this=after, expression=zero)
+            )
+    return exp.or_(*proofs)
+
+
+def _removes(change: str, count: str) -> exp.Expr:
+    return exp.LT(this=exp.column(count, change, quoted=True), expression=exp.Literal.number(0))
+
+
+def _changes_something(plan: Aggregate, change: exp.Select) -> exp.Select:
+    """`change` without groups whose every change is 0. A group not stored yet that the batch leaves
+    empty can still be in it (a join's delta adds a pair and takes it back when one side came and the
+    other went); without a stored row count its row could not be told from a stored one's."""
+    names = [str(e.alias_or_name) for e in change.expressions]
+    states = [COUNT, *(n for call in plan.calls for n in grouping.state_names(call))]
+    some = exp.or_(
+        *[
+            exp.NEQ(
+                this=exp.func("COALESCE", exp.column(n, "__ivm_grouped", quoted=True), exp.Literal.number(0)),
+                expression=exp.Literal.number(0),
+            )
+            for n in states
+        ]
+    )
+    return (
+        exp.select(*[exp.column(n, "__ivm_grouped", quoted=True) for n in names])
+        .from_(aliased(change, "__ivm_grouped"))
+        .where(some)
+    )
+
+
 def with_recounts(
     plan: Aggregate, layout: Layout, change: exp.Select, ctx: Context, stream_table: exp.Table, target: Target
 ) -> exp.Query:
     """`change` (a group's keys, count and state changes) with each recounted count, for the groups
-    in doubt (a removed non-NULL value, a sum left at 0), read from their rows now."""
+    in doubt, read from their rows now: for SUM's count, a removed non-NULL value and a sum left at
+    0; for the row count, removed rows and no state proving some are left."""
     calls = recounted_calls(plan, layout)
-    if not calls:
+    rows_recounted = COUNT in layout.recounted
+    if not calls and not rows_recounted:
         return change
+    if rows_recounted:
+        change = _changes_something(plan, change)
     names = [str(e.alias_or_name) for e in change.expressions]
     pinned = ctx.pinned(change)  # read twice: for the doubt, and as the change
     keys = [exp.column(group_placeholder(i), CHANGE, quoted=True) for i in range(len(plan.group_by))]
     in_doubt = []
     for _, total, count in calls:
-        removed = exp.LT(this=exp.column(count, CHANGE, quoted=True), expression=exp.Literal.number(0))
-        left = exp.Add(
-            this=exp.func(
-                "COALESCE", exp.column(layout.stored(total), STORED, quoted=True), exp.Literal.number(0)
-            ),
-            expression=exp.func("COALESCE", exp.column(total, CHANGE, quoted=True), exp.Literal.number(0)),
+        left = _after(layout, total, STORED, CHANGE)
+        in_doubt.append(
+            exp.and_(_removes(CHANGE, count), exp.EQ(this=left, expression=exp.Literal.number(0)))
         )
-        in_doubt.append(exp.and_(removed, exp.EQ(this=left, expression=exp.Literal.number(0))))
+    if rows_recounted:
+        in_doubt.append(exp.and_(_removes(CHANGE, COUNT), exp.not_(_has_rows(plan, layout, STORED, CHANGE))))
     doubtful = (
         exp.select(*[k.copy() for k in keys])
         .from_(aliased(pinned.copy(), CHANGE))
@@ -86,26 +149,43 @@ def with_recounts(
     )
     assert rows is not None
     source = "__ivm_rows"
+    counted = [(exp.func("COUNT", exp.Star()), COUNT)] if rows_recounted else []
+    counted += [
+        (exp.func("COUNT", exp.column(grouping.arg_column(call), source, quoted=True)), count)
+        for call, _, count in calls
+    ]
     recount = exp.select(
         *grouping.group_columns(plan, source),
-        *[
-            exp.alias_(
-                exp.func("COUNT", exp.column(grouping.arg_column(call), source, quoted=True)),
-                recount_column(count),
-                quoted=True,
-            )
-            for call, _, count in calls
-        ],
+        *[exp.alias_(value, recount_column(state), quoted=True) for value, state in counted],
     )
     recount = recount.from_(aliased(rows, source)).group_by(*grouping.group_columns(plan, source))
     joined = exp.select(
         *[exp.column(n, CHANGE, quoted=True) for n in names],
-        *[exp.column(recount_column(count), RECOUNT, quoted=True) for _, _, count in calls],
+        *[exp.column(recount_column(state), RECOUNT, quoted=True) for _, state in counted],
     ).from_(aliased(pinned, CHANGE))
     groups = [group_placeholder(i) for i in range(len(plan.group_by))]
     never_null = grouping.never_null_groups(plan)
     dialect = ctx.bindings.dialect
     return grouping.left_joined_on_keys(joined, recount, groups, (CHANGE, RECOUNT), never_null, dialect, True)
+
+
+def rows_after(plan: Aggregate, layout: Layout, stored: str, change: str) -> exp.Expr:
+    """A stand-in for the group's row count after the batch, right wherever it is 0: the recount
+    where there is one; else, where the batch removed rows, 1 if a state proves some are left and 0
+    if none does (a group in doubt whose rows are all gone has no recount row); else 1 (a stored
+    group, or one the batch brings rows: groups whose change is all 0 were left out)."""
+    recounted = exp.column(recount_column(COUNT), change, quoted=True)
+    proven = exp.Case(
+        ifs=[exp.If(this=_has_rows(plan, layout, stored, change), true=exp.Literal.number(1))],
+        default=exp.Literal.number(0),
+    )
+    return exp.Case(
+        ifs=[
+            exp.If(this=exp.not_(exp.Is(this=recounted.copy(), expression=exp.null())), true=recounted),
+            exp.If(this=_removes(change, COUNT), true=proven),
+        ],
+        default=exp.Literal.number(1),
+    )
 
 
 def count_after(stored_total: exp.Expr, change: str, count: str) -> exp.Expr:

@@ -186,8 +186,11 @@ class GroupChange:
             group_placeholder(i): exp.column(group_placeholder(i), change, quoted=True)
             for i in range(len(plan.group_by))
         }
-        stored_count = exp.column(self.layout.stored(COUNT), stored, quoted=True)
-        values[COUNT] = plus(stored_count, exp.column(COUNT, change, quoted=True))
+        if COUNT in self.layout.recounted:  # kept nowhere: a stand-in, right where 0
+            values[COUNT] = recount.rows_after(plan, self.layout, stored, change)
+        else:
+            stored_count = exp.column(self.layout.stored(COUNT), stored, quoted=True)
+            values[COUNT] = plus(stored_count, exp.column(COUNT, change, quoted=True))
         for call in plan.calls:
             names = grouping.state_names(call)
             old: list[exp.Expr] = [exp.column(self.layout.stored(n), stored, quoted=True) for n in names]
