@@ -144,16 +144,25 @@ def with_recounts(
         .join(aliased(stream_table.copy(), STORED), on=match(STORED, layout.key, keys, target))
         .where(exp.or_(*in_doubt))
     )
-    rows = grouping.input_rows(
-        plan, "after", ctx, grouping.in_groups(plan, ctx.pinned(doubtful), ctx.bindings.dialect)
-    )
-    assert rows is not None
     source = "__ivm_rows"
     counted = [(exp.func("COUNT", exp.Star()), COUNT)] if rows_recounted else []
     counted += [
         (exp.func("COUNT", exp.column(grouping.arg_column(call), source, quoted=True)), count)
         for call, _, count in calls
     ]
+    doubtful_groups, doubtful_count = ctx.pinned_with_count(doubtful)
+    if doubtful_count == 0:  # the usual batch: no group is in doubt, none is read again
+        return exp.select(
+            *[exp.column(n, CHANGE, quoted=True) for n in names],
+            *[
+                exp.alias_(exp.cast(exp.null(), "bigint"), recount_column(state), quoted=True)
+                for _, state in counted
+            ],
+        ).from_(aliased(pinned, CHANGE))
+    rows = grouping.input_rows(
+        plan, "after", ctx, grouping.in_groups(plan, doubtful_groups, ctx.bindings.dialect)
+    )
+    assert rows is not None
     recount = exp.select(
         *grouping.group_columns(plan, source),
         *[exp.alias_(value, recount_column(state), quoted=True) for value, state in counted],

@@ -86,6 +86,8 @@ class Context:
     # Computes a query now and returns a relation holding its rows: a backend whose planner would
     # otherwise re-plan a subquery read twice (Spark) sets it; None keeps the query inline.
     pin: Callable[[exp.Query], exp.Expr] | None = None
+    # As `pin`, also giving how many rows the query computed (None: not pinned, or not counted).
+    pin_counted: Callable[[exp.Query], tuple[exp.Expr, int]] | None = None
     # Derived items already rendered in this refresh, by (id of the item, mode, restriction, ahead):
     # many terms read one, and building its SQL for each was most of a refresh's Python time. The
     # bindings rendered against are kept with it (alive, so their id cannot be reused).
@@ -97,6 +99,12 @@ class Context:
     def pinned(self, query: exp.Query) -> exp.Expr:
         """`query`, computed once where the backend can; else the query itself."""
         return query if self.pin is None else self.pin(query)
+
+    def pinned_with_count(self, query: exp.Query) -> tuple[exp.Expr, int | None]:
+        """`query` as `pinned`, and its row count where the backend computed it (None: unknown)."""
+        if self.pin_counted is None:
+            return self.pinned(query), None
+        return self.pin_counted(query)
 
     def as_before(self) -> Context:
         """A context whose current state is the state before the batch."""

@@ -819,8 +819,9 @@ def _row_delta(
         delta_table = pg_apply.temp_table(db, f"delta_{index}", pg_apply.render(net, raw))
         pg_apply.analyze(db, delta_table)
         bindings.delta[source.qualified] = delta_table
+    before_pin = None if weighing is None else weighing.before_pin
     ctx = replace(
-        context(compiled, bindings), pin=_pinner(db, None if weighing is None else weighing.before_pin)
+        context(compiled, bindings), pin=_pinner(db, before_pin), pin_counted=_counting_pinner(db, before_pin)
     )
     return stream.row_delta(compiled.plan, compiled.layout, ctx, _table(spec), compiled.target)
 
@@ -838,6 +839,22 @@ def _pinner(db: Db, before: Callable[[str], None] | None = None) -> Callable[[ex
         return table
 
     return memoized_pin("postgres", compute)
+
+
+def _counting_pinner(
+    db: Db, before: Callable[[str], None] | None = None
+) -> Callable[[exp.Query], tuple[exp.Expr, int]]:
+    """As `_pinner`, also giving the rows each pinned subquery holds."""
+
+    def pin(query: exp.Query) -> tuple[exp.Expr, int]:
+        text = query.sql("postgres")
+        if before is not None:
+            before(text)
+        table, rows = pg_apply.counted_temp_table(db, "pin", text)
+        pg_apply.analyze(db, table)
+        return table, rows
+
+    return pin
 
 
 def _full(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str, reason: str) -> RefreshResult:

@@ -365,12 +365,26 @@ def _context(compiled: Compiled, bindings: Bindings, views: TempViews | None = N
         node: {index: exp.DataType.build(t, dialect="spark") for index, t in calls.items()}
         for node, calls in compiled.call_types.items()
     }
-    return Context(bindings, call_types=types, pin=None if views is None else _pinner(views))
+    if views is None:
+        return Context(bindings, call_types=types)
+    return Context(bindings, call_types=types, pin=_pinner(views), pin_counted=_counting_pinner(views))
 
 
 def _pinner(views: TempViews) -> Callable[[exp.Query], exp.Expr]:
     numbers = itertools.count()
     return memoized_pin("spark", lambda query: views.pinned(f"pin{next(numbers)}", query))
+
+
+def _counting_pinner(views: TempViews) -> Callable[[exp.Query], tuple[exp.Expr, int]]:
+    """Pins a query and counts its rows in the same job (observed as they are computed)."""
+    numbers = itertools.count()
+
+    def pin(query: exp.Query) -> tuple[exp.Expr, int]:
+        count = exp.func("COUNT", exp.Star())
+        view, values = views.observed(f"counted{next(numbers)}", views.frame(query), [count])
+        return view, int(values[0])
+
+    return pin
 
 
 def _contents(
