@@ -44,6 +44,7 @@ from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate
 
 CHANGE, STORED, RECOUNT = "__ivm_change", "__ivm_stored", "__ivm_recount"
+IN_DOUBT = "__ivm_in_doubt"  # a flag on the change: the group must be counted again
 
 
 def recount_column(state: str) -> str:
@@ -128,7 +129,6 @@ def with_recounts(
     if rows_recounted:
         change = _changes_something(plan, change)
     names = [str(e.alias_or_name) for e in change.expressions]
-    pinned = ctx.pinned(change)  # read twice: for the doubt, and as the change
     keys = [exp.column(group_placeholder(i), CHANGE, quoted=True) for i in range(len(plan.group_by))]
     in_doubt = []
     for _, total, count in calls:
@@ -138,19 +138,26 @@ def with_recounts(
         )
     if rows_recounted:
         in_doubt.append(exp.and_(_removes(CHANGE, COUNT), exp.not_(_has_rows(plan, layout, STORED, CHANGE))))
-    doubtful = (
-        exp.select(*[k.copy() for k in keys])
-        .from_(aliased(pinned.copy(), CHANGE))
-        .join(aliased(stream_table.copy(), STORED), on=match(STORED, layout.key, keys, target))
-        .where(exp.or_(*in_doubt))
+    # The change with each group's doubt, decided in one look at its stored row (a group not stored
+    # yet removes nothing: never in doubt); pinned, it is read again for the doubtful groups and as
+    # the change, and counted as it is pinned where the backend can.
+    doubt = exp.func("COALESCE", exp.or_(*in_doubt), exp.false())
+    flagged = (
+        exp.select(
+            *[exp.column(n, CHANGE, quoted=True) for n in names], exp.alias_(doubt, IN_DOUBT, quoted=True)
+        )
+        .from_(aliased(change, CHANGE))
+        .join(
+            aliased(stream_table.copy(), STORED), on=match(STORED, layout.key, keys, target), join_type="left"
+        )
     )
+    pinned, doubtful_count = ctx.pinned_counting(flagged, IN_DOUBT)
     source = "__ivm_rows"
     counted = [(exp.func("COUNT", exp.Star()), COUNT)] if rows_recounted else []
     counted += [
         (exp.func("COUNT", exp.column(grouping.arg_column(call), source, quoted=True)), count)
         for call, _, count in calls
     ]
-    doubtful_groups, doubtful_count = ctx.pinned_with_count(doubtful)
     if doubtful_count == 0:  # the usual batch: no group is in doubt, none is read again
         return exp.select(
             *[exp.column(n, CHANGE, quoted=True) for n in names],
@@ -159,6 +166,14 @@ def with_recounts(
                 for _, state in counted
             ],
         ).from_(aliased(pinned, CHANGE))
+    doubtful = (
+        exp.select(
+            *[exp.column(group_placeholder(i), CHANGE, quoted=True) for i in range(len(plan.group_by))]
+        )
+        .from_(aliased(pinned.copy(), CHANGE))
+        .where(exp.column(IN_DOUBT, CHANGE, quoted=True))
+    )
+    doubtful_groups = ctx.pinned(doubtful)
     rows = grouping.input_rows(
         plan, "after", ctx, grouping.in_groups(plan, doubtful_groups, ctx.bindings.dialect)
     )

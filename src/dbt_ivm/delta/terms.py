@@ -86,8 +86,8 @@ class Context:
     # Computes a query now and returns a relation holding its rows: a backend whose planner would
     # otherwise re-plan a subquery read twice (Spark) sets it; None keeps the query inline.
     pin: Callable[[exp.Query], exp.Expr] | None = None
-    # As `pin`, also giving how many rows the query computed (None: not pinned, or not counted).
-    pin_counted: Callable[[exp.Query], tuple[exp.Expr, int]] | None = None
+    # As `pin`, also giving how many of the query's rows have its boolean column (named) true.
+    pin_counted: Callable[[exp.Query, str], tuple[exp.Expr, int]] | None = None
     # Derived items already rendered in this refresh, by (id of the item, mode, restriction, ahead):
     # many terms read one, and building its SQL for each was most of a refresh's Python time. The
     # bindings rendered against are kept with it (alive, so their id cannot be reused).
@@ -100,11 +100,12 @@ class Context:
         """`query`, computed once where the backend can; else the query itself."""
         return query if self.pin is None else self.pin(query)
 
-    def pinned_with_count(self, query: exp.Query) -> tuple[exp.Expr, int | None]:
-        """`query` as `pinned`, and its row count where the backend computed it (None: unknown)."""
+    def pinned_counting(self, query: exp.Query, flag: str) -> tuple[exp.Expr, int | None]:
+        """`query` as `pinned`, and how many of its rows have the boolean column `flag` true, where
+        the backend pins and counts (None: unknown)."""
         if self.pin_counted is None:
             return self.pinned(query), None
-        return self.pin_counted(query)
+        return self.pin_counted(query, flag)
 
     def as_before(self) -> Context:
         """A context whose current state is the state before the batch."""

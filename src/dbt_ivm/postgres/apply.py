@@ -63,14 +63,9 @@ def _text(contents: Contents) -> TextRelation | None:
 
 def temp_table(db: Db, purpose: str, query: str) -> exp.Table:
     """CREATE TEMP TABLE … ON COMMIT DROP AS `query` (PostgreSQL text), under a name of its own."""
-    return counted_temp_table(db, purpose, query)[0]
-
-
-def counted_temp_table(db: Db, purpose: str, query: str) -> tuple[exp.Table, int]:
-    """`temp_table`, and how many rows it holds (the statement's own count: nothing more is read)."""
     name = unique(purpose)
-    rows = db.execute(f"CREATE TEMP TABLE {_identifier(name)} ON COMMIT DROP AS {query}")
-    return exp.table_(name, "pg_temp", quoted=True), rows
+    db.execute(f"CREATE TEMP TABLE {_identifier(name)} ON COMMIT DROP AS {query}")
+    return exp.table_(name, "pg_temp", quoted=True)
 
 
 def analyze(db: Db, table: exp.Table) -> None:

@@ -843,16 +843,19 @@ def _pinner(db: Db, before: Callable[[str], None] | None = None) -> Callable[[ex
 
 def _counting_pinner(
     db: Db, before: Callable[[str], None] | None = None
-) -> Callable[[exp.Query], tuple[exp.Expr, int]]:
-    """As `_pinner`, also giving the rows each pinned subquery holds."""
+) -> Callable[[exp.Query, str], tuple[exp.Expr, int]]:
+    """As `_pinner`, also giving how many of a pinned subquery's rows have a boolean column true."""
 
-    def pin(query: exp.Query) -> tuple[exp.Expr, int]:
+    def pin(query: exp.Query, flag: str) -> tuple[exp.Expr, int]:
         text = query.sql("postgres")
         if before is not None:
             before(text)
-        table, rows = pg_apply.counted_temp_table(db, "pin", text)
+        table = pg_apply.temp_table(db, "pin", text)
         pg_apply.analyze(db, table)
-        return table, rows
+        flagged = (
+            exp.select(exp.func("COUNT", exp.Star())).from_(table.copy()).where(exp.column(flag, quoted=True))
+        )
+        return table, int(db.value(flagged.sql("postgres")) or 0)
 
     return pin
 

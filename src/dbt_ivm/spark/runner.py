@@ -375,14 +375,14 @@ def _pinner(views: TempViews) -> Callable[[exp.Query], exp.Expr]:
     return memoized_pin("spark", lambda query: views.pinned(f"pin{next(numbers)}", query))
 
 
-def _counting_pinner(views: TempViews) -> Callable[[exp.Query], tuple[exp.Expr, int]]:
-    """Pins a query and counts its rows in the same job (observed as they are computed)."""
+def _counting_pinner(views: TempViews) -> Callable[[exp.Query, str], tuple[exp.Expr, int]]:
+    """Pins a query and counts its rows flagged true in the same job (observed as they are computed)."""
     numbers = itertools.count()
 
-    def pin(query: exp.Query) -> tuple[exp.Expr, int]:
-        count = exp.func("COUNT", exp.Star())
+    def pin(query: exp.Query, flag: str) -> tuple[exp.Expr, int]:
+        count = exp.CountIf(this=exp.column(flag, quoted=True))
         view, values = views.observed(f"counted{next(numbers)}", views.frame(query), [count])
-        return view, int(values[0])
+        return view, int(values[0] or 0)
 
     return pin
 
