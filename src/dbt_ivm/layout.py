@@ -280,9 +280,8 @@ def _recounted_states(plan: Aggregate, shown: dict[str, str]) -> tuple[str, ...]
     (`delta/recount.py`): SUM's non-NULL counts that no column the query shows holds and no other
     call reads (AVG divides by it, COUNT(x) is it); and the group's row count, where no column shows
     it, no output reads its value (COUNT(*) + 1) and a SUM, AVG or COUNT(x) can prove a group still
-    has rows (a sum other than 0, a count of
-    values above 0), so that only groups left without that proof are read. A global aggregate keeps
-    its counts: recounting them would read the whole input."""
+    has rows (a sum other than 0, a count of values above 0), so that only groups left without that
+    proof are read. A global aggregate keeps its counts: recounting them would read the whole input."""
     if not plan.group_by:
         return ()
     counts = {state_columns(c)[1]: c.argument for c in plan.calls if c.func == SUM.name}
