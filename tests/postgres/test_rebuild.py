@@ -488,6 +488,29 @@ def test_a_sums_non_null_count_is_recounted_only_in_doubt(pg_conn: Any) -> None:
     _rebuilt_for_its_layout(pg_conn, "totals", streams["totals"])
 
 
+def test_an_append_decides_no_doubt(pg_conn: Any, pg_dsn: str) -> None:
+    """A batch that only inserts into the aggregate's source can empty no group: no group's doubt is
+    decided (no stored row is looked at for it); a batch that deletes does decide it. Both stay
+    equal to the query."""
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric(10,2));"
+        f"INSERT INTO orders VALUES {SUM_IN_DOUBT_ROWS}",
+    )
+    sql = sum_in_doubt_streams("orders")["sums"]
+    refresh_and_check(pg_conn, "sums", sql)
+    batches = {
+        "INSERT INTO orders VALUES (20, 1, 3), (21, 9, NULL), (22, NULL, 2)": False,
+        "DELETE FROM orders WHERE id = 20": True,
+    }
+    for batch, decided in batches.items():
+        execute(pg_conn, batch)
+        with recording_connection(pg_dsn) as conn:
+            result = refresh_and_check(conn, "sums", sql, batch)  # AUTO: built by the engine, not a function
+            assert result.action == "DIFFERENTIAL", result.summary()
+            assert any("__ivm_in_doubt" in s for s in conn.statements) == decided, batch
+
+
 def test_a_group_a_joins_delta_adds_and_takes_back_is_no_row(pg_conn: Any) -> None:
     """Totals per customer name over a join, no row count stored: an order for a customer who had
     none arrives in the batch that deletes the customer, so the join's delta adds the pair and takes

@@ -41,7 +41,7 @@ from dbt_ivm.delta.terms import Context, aliased
 from dbt_ivm.keys import Target, match
 from dbt_ivm.layout import COUNT, PROVING, Layout
 from dbt_ivm.plan.build import group_placeholder
-from dbt_ivm.plan.nodes import AggCall, Aggregate
+from dbt_ivm.plan.nodes import AggCall, Aggregate, Filter, Join, Relation, Scan, scans_in
 
 CHANGE, STORED, RECOUNT = "__ivm_change", "__ivm_stored", "__ivm_recount"
 IN_DOUBT = "__ivm_in_doubt"  # a flag on the change: the group must be counted again
@@ -129,6 +129,8 @@ def with_recounts(
     if rows_recounted:
         change = _changes_something(plan, change)
     names = [str(e.alias_or_name) for e in change.expressions]
+    if _cannot_remove(plan.input, ctx):  # an append: no count can drop, no group is in doubt
+        return _without_recounts(change, names, _counted_states(calls, rows_recounted))
     keys = [exp.column(group_placeholder(i), CHANGE, quoted=True) for i in range(len(plan.group_by))]
     in_doubt = []
     for _, total, count in calls:
@@ -159,13 +161,7 @@ def with_recounts(
         for call, _, count in calls
     ]
     if doubtful_count == 0:  # the usual batch: no group is in doubt, none is read again
-        return exp.select(
-            *[exp.column(n, CHANGE, quoted=True) for n in names],
-            *[
-                exp.alias_(exp.cast(exp.null(), "bigint"), recount_column(state), quoted=True)
-                for _, state in counted
-            ],
-        ).from_(aliased(pinned, CHANGE))
+        return _without_recounts(pinned, names, [state for _, state in counted])
     doubtful = (
         exp.select(
             *[exp.column(group_placeholder(i), CHANGE, quoted=True) for i in range(len(plan.group_by))]
@@ -191,6 +187,34 @@ def with_recounts(
     never_null = grouping.never_null_groups(plan)
     dialect = ctx.bindings.dialect
     return grouping.left_joined_on_keys(joined, recount, groups, (CHANGE, RECOUNT), never_null, dialect, True)
+
+
+def _counted_states(calls: list[tuple[AggCall, str, str]], rows_recounted: bool) -> list[str]:
+    return ([COUNT] if rows_recounted else []) + [count for _, _, count in calls]
+
+
+def _without_recounts(change: exp.Expr, names: list[str], states: list[str]) -> exp.Select:
+    """`change` as it is, each recount NULL: no group was counted again."""
+    return exp.select(
+        *[exp.column(n, CHANGE, quoted=True) for n in names],
+        *[exp.alias_(exp.cast(exp.null(), "bigint"), recount_column(s), quoted=True) for s in states],
+    ).from_(aliased(change, CHANGE))
+
+
+def _cannot_remove(relation: Relation, ctx: Context) -> bool:
+    """No row can leave `relation` in this batch: every changed table it reads only gained rows,
+    through scans, filters and inner or semi joins, where a new row can only bring rows."""
+
+    def monotone(node: Relation) -> bool:
+        if isinstance(node, Scan):
+            return True
+        if isinstance(node, Filter):
+            return monotone(node.input)
+        if isinstance(node, Join):
+            return node.kind in ("inner", "semi") and monotone(node.left) and monotone(node.right)
+        return False  # a derived table: an aggregate's groups change, −old +new
+
+    return monotone(relation) and ctx.bindings.only_insertions([s.table for s in scans_in(relation)])
 
 
 def rows_after(plan: Aggregate, layout: Layout, stored: str, change: str) -> exp.Expr:

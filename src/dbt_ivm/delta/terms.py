@@ -46,6 +46,9 @@ class Bindings:
     # Each changed source's state before the batch (Iceberg: the frontier snapshot). None: the backend
     # has no earlier state to read, and rules derive it as current − delta.
     before: dict[str, exp.Expr] | None = None
+    # Changed sources whose change set the backend found to hold insertions only (all weights +1):
+    # no row of theirs leaves in this batch (`recount` then has no group in doubt).
+    inserted_only: set[str] = field(default_factory=set)
 
     @staticmethod
     def named(
@@ -62,6 +65,10 @@ class Bindings:
 
     def changed(self, table: TableInfo) -> bool:
         return table.qualified in self.delta
+
+    def only_insertions(self, tables: Sequence[TableInfo]) -> bool:
+        """No row of `tables` leaves in this batch: each is unchanged or gained rows only."""
+        return all(t.qualified not in self.delta or t.qualified in self.inserted_only for t in tables)
 
     def as_before(self) -> Bindings:
         """Bindings whose current state is this batch's before state (no changes); always the same

@@ -266,7 +266,11 @@ def statements(
         events: dict[str, str | None] = {}
         rows_events: dict[str, str | None] = {}
         for event in per_source:
-            bindings = Bindings(current=current, delta={source.qualified: transition_changes(source, event)})
+            bindings = Bindings(
+                current=current,
+                delta={source.qualified: transition_changes(source, event)},
+                inserted_only={source.qualified} if event == "INSERT" else set(),
+            )
             events[event] = render(plan, layout, new_context(bindings), stream_table, target)
             if rows is not None:
                 rows_events[event] = render_rows(

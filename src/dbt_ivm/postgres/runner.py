@@ -55,7 +55,7 @@ from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
 from dbt_ivm.reserved import internal_column, is_reserved, source_relation
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
-from dbt_ivm.sqltext import q, qn
+from dbt_ivm.sqltext import WEIGHT, q, qn
 
 UNDEFINED_FUNCTION = "42883"  # what hashing a type without an extended hash function raises
 # Types without an equality operator: rows holding them cannot be compared or diffed.
@@ -819,11 +819,23 @@ def _row_delta(
         delta_table = pg_apply.temp_table(db, f"delta_{index}", pg_apply.render(net, raw))
         pg_apply.analyze(db, delta_table)
         bindings.delta[source.qualified] = delta_table
+        if compiled.layout.recounted and _inserts_only(db, delta_table):
+            bindings.inserted_only.add(source.qualified)  # an append: no group's count can drop
     before_pin = None if weighing is None else weighing.before_pin
     ctx = replace(
         context(compiled, bindings), pin=_pinner(db, before_pin), pin_counted=_counting_pinner(db, before_pin)
     )
     return stream.row_delta(compiled.plan, compiled.layout, ctx, _table(spec), compiled.target)
+
+
+def _inserts_only(db: Db, delta_table: exp.Table) -> bool:
+    """Whether a source's netted change set holds insertions only."""
+    removal = (
+        exp.select("1")
+        .from_(delta_table.copy())
+        .where(exp.LT(this=exp.column(WEIGHT, quoted=True), expression=exp.Literal.number(0)))
+    )
+    return not db.value(exp.select(exp.Exists(this=removal)).sql("postgres"))
 
 
 def _pinner(db: Db, before: Callable[[str], None] | None = None) -> Callable[[exp.Query], exp.Expr]:

@@ -98,10 +98,17 @@ def bind(
         )
         image = _json_image(names) if incomparable else None
         frame = views.frame(compacted(raw, names, image))
-        delta, (count,) = views.observed(f"delta{index}", frame, [exp.func("COUNT", exp.Star())])
+        removals = exp.CountIf(
+            this=exp.LT(this=exp.column(WEIGHT, quoted=True), expression=exp.Literal.number(0))
+        )
+        delta, (count, removed) = views.observed(
+            f"delta{index}", frame, [exp.func("COUNT", exp.Star()), removals]
+        )
         if change.release is not None:
             change.release()  # pinned: the staged scan tasks are read
         bindings.delta[name] = delta
+        if not removed:  # an append (or nothing net): no row of this source leaves
+            bindings.inserted_only.add(name)
         total += int(count)
         if size > 0 and count > spec.full_refresh_threshold * size:
             return Batch(
