@@ -240,17 +240,22 @@ class IvmPostgresAdapter(CatalogOfStreamTables, PostgresAdapter):
             for name, method, unique, columns, constraint in cursor.fetchall()
         ]
         found = index_changes.changes(wanted, existing)
-        try:  # registered, whether or not it has hidden columns
-            registered = (relation.schema, relation.identifier) in {
-                (schema, table)
-                for _, schema, table in registered_relations(Db(self._engine_connection()), catalog_schema)
-            }
-        except psycopg2.Error:
-            self._discard_engine_connection()
-            raise
+        # Only a stream table has a config to compare with (a plain table is rebuilt anyway): asked
+        # of the registrations, whether or not it has hidden columns, and only when something differs.
+        differs = bool(found.create or found.drop)
+        if differs:
+            try:
+                differs = (relation.schema, relation.identifier) in {
+                    (schema, table)
+                    for _, schema, table in registered_relations(
+                        Db(self._engine_connection()), catalog_schema
+                    )
+                }
+            except psycopg2.Error:
+                self._discard_engine_connection()
+                raise
         return {
-            # Only a stream table has a config to compare with; a plain table is rebuilt anyway.
-            "any": bool(found.create or found.drop) and registered,
+            "any": differs,
             "create": [indexes[n] for n in found.create],
             "drop": [index.name for index in found.drop],
             "described": found.describe(),

@@ -129,8 +129,9 @@ def with_recounts(
     if rows_recounted:
         change = _changes_something(plan, change)
     names = [str(e.alias_or_name) for e in change.expressions]
+    states = ([COUNT] if rows_recounted else []) + [count for _, _, count in calls]
     if _cannot_remove(plan.input, ctx):  # an append: no count can drop, no group is in doubt
-        return _without_recounts(change, names, _counted_states(calls, rows_recounted))
+        return _without_recounts(change, names, states)
     keys = [exp.column(group_placeholder(i), CHANGE, quoted=True) for i in range(len(plan.group_by))]
     in_doubt = []
     for _, total, count in calls:
@@ -154,14 +155,8 @@ def with_recounts(
         )
     )
     pinned, doubtful_count = ctx.pinned_counting(flagged, IN_DOUBT)
-    source = "__ivm_rows"
-    counted = [(exp.func("COUNT", exp.Star()), COUNT)] if rows_recounted else []
-    counted += [
-        (exp.func("COUNT", exp.column(grouping.arg_column(call), source, quoted=True)), count)
-        for call, _, count in calls
-    ]
     if doubtful_count == 0:  # the usual batch: no group is in doubt, none is read again
-        return _without_recounts(pinned, names, [state for _, state in counted])
+        return _without_recounts(pinned, names, states)
     doubtful = (
         exp.select(
             *[exp.column(group_placeholder(i), CHANGE, quoted=True) for i in range(len(plan.group_by))]
@@ -174,6 +169,12 @@ def with_recounts(
         plan, "after", ctx, grouping.in_groups(plan, doubtful_groups, ctx.bindings.dialect)
     )
     assert rows is not None
+    source = "__ivm_rows"
+    values = [exp.func("COUNT", exp.Star())] if rows_recounted else []
+    values += [
+        exp.func("COUNT", exp.column(grouping.arg_column(c), source, quoted=True)) for c, _, _ in calls
+    ]
+    counted = list(zip(values, states, strict=True))
     recount = exp.select(
         *grouping.group_columns(plan, source),
         *[exp.alias_(value, recount_column(state), quoted=True) for value, state in counted],
@@ -187,10 +188,6 @@ def with_recounts(
     never_null = grouping.never_null_groups(plan)
     dialect = ctx.bindings.dialect
     return grouping.left_joined_on_keys(joined, recount, groups, (CHANGE, RECOUNT), never_null, dialect, True)
-
-
-def _counted_states(calls: list[tuple[AggCall, str, str]], rows_recounted: bool) -> list[str]:
-    return ([COUNT] if rows_recounted else []) + [count for _, _, count in calls]
 
 
 def _without_recounts(change: exp.Expr, names: list[str], states: list[str]) -> exp.Select:

@@ -843,14 +843,16 @@ def _pinner(db: Db, before: Callable[[str], None] | None = None) -> Callable[[ex
     refresh: inlined, a subquery under a join under a subquery multiplies the statement's size and
     its planning time with every level. `before` sees each subquery's text before it is computed."""
 
-    def compute(text: str) -> exp.Expr:
-        if before is not None:
-            before(text)
-        table = pg_apply.temp_table(db, "pin", text)
-        pg_apply.analyze(db, table)
-        return table
+    return memoized_pin("postgres", lambda text: _pinned_table(db, before, text))
 
-    return memoized_pin("postgres", compute)
+
+def _pinned_table(db: Db, before: Callable[[str], None] | None, text: str) -> exp.Table:
+    """A subquery's text computed into an analyzed temp table, shown to `before` first."""
+    if before is not None:
+        before(text)
+    table = pg_apply.temp_table(db, "pin", text)
+    pg_apply.analyze(db, table)
+    return table
 
 
 def _counting_pinner(
@@ -859,11 +861,7 @@ def _counting_pinner(
     """As `_pinner`, also giving how many of a pinned subquery's rows have a boolean column true."""
 
     def pin(query: exp.Query, flag: str) -> tuple[exp.Expr, int]:
-        text = query.sql("postgres")
-        if before is not None:
-            before(text)
-        table = pg_apply.temp_table(db, "pin", text)
-        pg_apply.analyze(db, table)
+        table = _pinned_table(db, before, query.sql("postgres"))
         flagged = (
             exp.select(exp.func("COUNT", exp.Star())).from_(table.copy()).where(exp.column(flag, quoted=True))
         )
