@@ -133,27 +133,23 @@ def with_recounts(
     if _cannot_remove(plan.input, ctx):  # an append: no count can drop, no group is in doubt
         return _without_recounts(change, names, states)
     keys = [exp.column(group_placeholder(i), CHANGE, quoted=True) for i in range(len(plan.group_by))]
-    in_doubt = []
+    in_doubt, removals = [], []
     for _, total, count in calls:
         left = _after(layout, total, STORED, CHANGE)
-        in_doubt.append(
-            exp.and_(_removes(CHANGE, count), exp.EQ(this=left, expression=exp.Literal.number(0)))
-        )
+        removals.append(_removes(CHANGE, count))
+        in_doubt.append(exp.and_(removals[-1], exp.EQ(this=left, expression=exp.Literal.number(0))))
     if rows_recounted:
-        in_doubt.append(exp.and_(_removes(CHANGE, COUNT), exp.not_(_has_rows(plan, layout, STORED, CHANGE))))
+        removals.append(_removes(CHANGE, COUNT))
+        in_doubt.append(exp.and_(removals[-1], exp.not_(_has_rows(plan, layout, STORED, CHANGE))))
     # The change with each group's doubt, decided in one look at its stored row (a group not stored
     # yet removes nothing: never in doubt); pinned, it is read again for the doubtful groups and as
     # the change, and counted as it is pinned where the backend can.
     doubt = exp.func("COALESCE", exp.or_(*in_doubt), exp.false())
-    flagged = (
-        exp.select(
-            *[exp.column(n, CHANGE, quoted=True) for n in names], exp.alias_(doubt, IN_DOUBT, quoted=True)
-        )
-        .from_(aliased(change, CHANGE))
-        .join(
-            aliased(stream_table.copy(), STORED), on=match(STORED, layout.key, keys, target), join_type="left"
-        )
-    )
+    flagged = exp.select(
+        *[exp.column(n, CHANGE, quoted=True) for n in names], exp.alias_(doubt, IN_DOUBT, quoted=True)
+    ).from_(aliased(change, CHANGE))
+    found = match(STORED, layout.key, keys, target)
+    flagged = _with_stored_rows(flagged, stream_table, found, exp.or_(*removals), ctx.bindings.dialect)
     pinned, doubtful_count = ctx.pinned_counting(flagged, IN_DOUBT)
     if doubtful_count == 0:  # the usual batch: no group is in doubt, none is read again
         return _without_recounts(pinned, names, states)
@@ -188,6 +184,25 @@ def with_recounts(
     never_null = grouping.never_null_groups(plan)
     dialect = ctx.bindings.dialect
     return grouping.left_joined_on_keys(joined, recount, groups, (CHANGE, RECOUNT), never_null, dialect, True)
+
+
+def _with_stored_rows(
+    flagged: exp.Select, stream_table: exp.Table, found: exp.Expr, removes: exp.Expr, dialect: str
+) -> exp.Select:
+    """`flagged` with each group's stored row (alias STORED), NULLs where it has none or, on
+    PostgreSQL, where the batch removes nothing from the group: only a removal can put a group in
+    doubt. PostgreSQL looks the removing groups' rows up by the key index, one probe each, where a
+    join would hash the whole stored table for a batch that touches a few of its groups; Spark joins
+    (a broadcast of the change, or a shuffle either way)."""
+    stored = aliased(stream_table.copy(), STORED)
+    if dialect != "postgres":
+        return flagged.join(stored, on=found, join_type="left")
+    # LIMIT 1 (a key has one row) keeps the planner from turning the probe back into a join.
+    probe = exp.select(exp.Star()).from_(stored).where(found).where(removes).limit(1)
+    lateral = exp.Lateral(
+        this=exp.Subquery(this=probe), alias=exp.TableAlias(this=exp.to_identifier(STORED, True))
+    )
+    return flagged.join(lateral, on=exp.true(), join_type="left")
 
 
 def _without_recounts(change: exp.Expr, names: list[str], states: list[str]) -> exp.Select:
