@@ -29,6 +29,9 @@ FROM raw AS "__ivm_raw") AS "__ivm_netted"
 WHERE SIGN("__ivm_weight") = SIGN("__ivm_net") AND "__ivm_rank" <= ABS("__ivm_net")
 >>> row_image(["id", "amount"]).sql("postgres")
 'CAST(ROW("id", "amount") AS TEXT)'
+
+A plan that sums its changes per group does not need them netted (`needs_netting`): identical images
+that cancel add nothing to a sum of weights times values, whichever rows they sit among.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from sqlglot import exp
 
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta.terms import aliased
+from dbt_ivm.plan.nodes import Aggregate, Filter, Plan, Scan
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, columns
 
@@ -99,3 +103,27 @@ def row_image(names: Sequence[str]) -> exp.Expr:
     """PostgreSQL: a row image as text (every type has a text form; equal text, identical image)."""
     row = exp.Anonymous(this="ROW", expressions=columns(names))
     return exp.cast(row, exp.DataType.build("text"))
+
+
+def needs_netting(plan: Plan) -> bool:
+    """Whether `plan`'s delta rules must see a batch's net effect. Not for GROUP BY with running sums
+    (COUNT, SUM, AVG) over one table, filtered or not: each group's change is the sum of its raw
+    changes' weights times values, and −(3, 75) +(3, 75) or +(3, 10) −(3, 10) +(3, 10) add to it what
+    their net effect adds. Every other rule may read a key's changes as "gone" and "come" (the rows
+    before the batch, a recomputed group's keys), which only holds once they are netted.
+
+    >>> from dbt_ivm.catalog import Column, StaticCatalog
+    >>> from dbt_ivm.plan import build_plan
+    >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("amount", "int")), ("id",))
+    >>> def plan(sql): return build_plan(sql, StaticCatalog([orders]), "model")
+    >>> needs_netting(plan("SELECT id % 10 AS k, SUM(amount) AS s FROM orders WHERE amount > 0 GROUP BY 1"))
+    False
+    >>> needs_netting(plan("SELECT id % 10 AS k, MAX(amount) AS m FROM orders GROUP BY 1"))
+    True
+    """
+    if not isinstance(plan, Aggregate) or plan.recomputed:
+        return True
+    relation = plan.input
+    while isinstance(relation, Filter):
+        relation = relation.input
+    return not isinstance(relation, Scan)

@@ -53,7 +53,7 @@ from dbt_ivm.postgres.immediate_sql import (
     STRIPES,
     ExplicitPath,
     Statements,
-    netted_insert,
+    pending_insert,
 )
 from dbt_ivm.postgres.in_database import tag_of
 from dbt_ivm.quoting import dollar_quoted
@@ -247,7 +247,7 @@ def net_pending(stream_table: str, sources: list[TableInfo]) -> str:
     for index, source in enumerate(sources):
         table = pending_relation(stream_table, index, source)
         names = ", ".join(q(c) for c in (WEIGHT, *internal_columns(source)))
-        statements.append(netted_insert(table, source, f"DELETE FROM {table} RETURNING {names}") + ";")
+        statements.append(pending_insert(table, source, f"DELETE FROM {table} RETURNING {names}") + ";")
     return " ".join(statements)
 
 

@@ -38,7 +38,7 @@ from dbt_ivm.keys import Target, with_hash
 from dbt_ivm.layout import DUP, Layout
 from dbt_ivm.plan.nodes import Plan
 from dbt_ivm.reserved import internal_columns, renamed_select, source_relation
-from dbt_ivm.sqltext import WEIGHT, q
+from dbt_ivm.sqltext import WEIGHT, columns, q
 
 DIALECT = "postgres"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
@@ -122,13 +122,16 @@ def transition_changes(table: TableInfo, event: str) -> exp.Expr:
     return exp.union(weighted(table, OLD_ROWS, -1), weighted(table, NEW_ROWS, 1), distinct=False).subquery()
 
 
-def netted_insert(pending: str, table: TableInfo, raw: str) -> str:
+def pending_insert(pending: str, table: TableInfo, raw: str, netted: bool = True) -> str:
     """INSERT into the temp table `pending` (quoted) of the net effect of the raw changes the query
-    or ``DELETE … RETURNING`` `raw` yields (the weight and `table`'s internal columns). `combined`
-    reads pending tables as they are: netted inline, the planner took the window subquery for a few
-    rows and re-ran it for every row of an outer loop (TPC-H Q5: 240 times)."""
-    rows = text_netted(exp.table_(RAW_ROWS, quoted=True), table)
-    listed = ", ".join(q(c) for c in (*internal_columns(table), WEIGHT))
+    or ``DELETE … RETURNING`` `raw` yields (the weight and `table`'s internal columns), or of the raw
+    changes themselves where the plan does not need them `netted` (`compact.needs_netting`).
+    `combined` reads pending tables as they are: netted inline, the planner took the window subquery
+    for a few rows and re-ran it for every row of an outer loop (TPC-H Q5: 240 times)."""
+    names = (*internal_columns(table), WEIGHT)
+    listed = ", ".join(q(c) for c in names)
+    raw_rows = exp.table_(RAW_ROWS, quoted=True)
+    rows = text_netted(raw_rows, table) if netted else exp.select(*columns(names)).from_(raw_rows)
     return f"WITH {q(RAW_ROWS)} AS ({raw}) INSERT INTO {pending} ({listed}) {rows.sql(DIALECT)}"
 
 
@@ -280,7 +283,7 @@ def statements(
         rows_by_source.append(rows_events)
     everything = Bindings(
         current=current,
-        delta={t.qualified: pending(i, t) for i, t in enumerate(sources)},  # netted_insert
+        delta={t.qualified: pending(i, t) for i, t in enumerate(sources)},  # pending_insert
     )
     combined = render(plan, layout, new_context(everything), stream_table, target)
     assert combined is not None  # every source changed: some term reaches the table

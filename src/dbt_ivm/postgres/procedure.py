@@ -36,7 +36,7 @@ from typing import NamedTuple
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.postgres import capture, immediate, statistics, user_triggers
 from dbt_ivm.postgres.db import Db
-from dbt_ivm.postgres.immediate_sql import Statements, netted_insert
+from dbt_ivm.postgres.immediate_sql import Statements, pending_insert
 from dbt_ivm.postgres.in_database import ARGUMENTS, LOCK_PREFIX, TABLE, VERSION, function_name, tag_of
 from dbt_ivm.quoting import dollar_quoted
 from dbt_ivm.reserved import internal_columns
@@ -88,6 +88,7 @@ class Program:
     whole_input_reason: str | None  # why AUTO recomputes anyway (a differential one would cost that)
     # Per source: its virtual generated columns' expressions (capture.virtual_columns).
     virtual: list[dict[str, str]] = field(default_factory=list)
+    netted: bool = True  # whether the pending changes are netted first (compact.needs_netting)
 
 
 def _sourced(sql: str, table: TableInfo, catalog: str) -> str:
@@ -267,8 +268,9 @@ def _granted_whole(relation: str) -> str:
 
 
 def _fill_pending(catalog: str, program: Program) -> str:
-    """Copy the net effect of each changed source's pending changes into the session's pending table
-    (`immediate_sql.netted_insert`), then give every pending table statistics: a new session's are
+    """Copy the net effect of each changed source's pending changes (or the changes themselves, where
+    the plan does not need them netted) into the session's pending table
+    (`immediate_sql.pending_insert`), then give every pending table statistics: a new session's are
     unanalyzed, and the planner would take an empty one for hundreds of rows (and scan the other side
     of a join whole). A small sample is enough (`statistics`)."""
     parts = [immediate.create_pending(program.stream_table, program.sources)]
@@ -278,8 +280,8 @@ def _fill_pending(catalog: str, program: Program) -> str:
         names = ", ".join(q(c) for c in (WEIGHT, *internal_columns(source)))
         virtual = program.virtual[index] if program.virtual else {}
         rows = capture.raw_changes_sql(catalog, source, "__ivm_frontier", virtual)
-        netted = netted_insert(table, source, f"SELECT {names} FROM {rows} AS r")
-        parts.append(f"DELETE FROM {table}; IF {index} = ANY (__ivm_changed) THEN {netted}; END IF;")
+        copied = pending_insert(table, source, f"SELECT {names} FROM {rows} AS r", program.netted)
+        parts.append(f"DELETE FROM {table}; IF {index} = ANY (__ivm_changed) THEN {copied}; END IF;")
         tables.append(table)
     if tables:  # ANALYZE without a table would analyze the whole database
         parts.append(statistics.analyze_block(tables))

@@ -29,7 +29,7 @@ from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.aggregates import REGISTRY
-from dbt_ivm.delta.compact import text_netted
+from dbt_ivm.delta.compact import needs_netting, text_netted
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
 from dbt_ivm.keys import POSTGRES, Target
@@ -53,9 +53,9 @@ from dbt_ivm.postgres import (
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
-from dbt_ivm.reserved import internal_column, is_reserved, source_relation
+from dbt_ivm.reserved import internal_column, internal_columns, is_reserved, source_relation
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
-from dbt_ivm.sqltext import WEIGHT, q, qn
+from dbt_ivm.sqltext import WEIGHT, columns, q, qn
 
 UNDEFINED_FUNCTION = "42883"  # what hashing a type without an extended hash function raises
 # Types without an equality operator: rows holding them cannot be compared or diffed.
@@ -654,6 +654,7 @@ def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> pro
         static_full_reason=None,
         whole_input_reason=whole_input_reason(compiled.plan),
         virtual=virtual,
+        netted=needs_netting(compiled.plan),
     )
 
 
@@ -804,10 +805,12 @@ def _row_delta(
     weighing: auto_cost.PlannerWeighing | None,
 ) -> exp.Query | None:
     """The batch's row delta (None: no changed source reaches the result), its changes compacted into
-    analyzed temp tables first, and what the delta reads more than once pinned (`_pinner`), each pin
-    priced first when AUTO is `weighing` the batch."""
+    analyzed temp tables first (copied as they are where the plan does not need them netted), and
+    what the delta reads more than once pinned (`_pinner`), each pin priced first when AUTO is
+    `weighing` the batch."""
     assert compiled.plan is not None and compiled.layout is not None and current.frontier is not None
     bindings = _current_bindings(compiled.sources)
+    netted = needs_netting(compiled.plan)
     for index, source in enumerate(changed):
         virtual = capture.virtual_columns(db, source)
         # Capture's own text (it holds virtual columns' generation expressions), read as written.
@@ -815,7 +818,8 @@ def _row_delta(
             "__ivm_raw_changes",
             capture.raw_changes_sql(spec.catalog_schema, source, capture.snapshot(current.frontier), virtual),
         )
-        net = text_netted(raw.table, source)
+        names = [*internal_columns(source), WEIGHT]
+        net = text_netted(raw.table, source) if netted else exp.select(*columns(names)).from_(raw.table)
         delta_table = pg_apply.temp_table(db, f"delta_{index}", pg_apply.render(net, raw))
         pg_apply.analyze(db, delta_table)
         bindings.delta[source.qualified] = delta_table
