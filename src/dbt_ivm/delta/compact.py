@@ -99,6 +99,14 @@ def text_netted(raw: exp.Expr, table: TableInfo) -> exp.Select:
     return compacted(raw, names, row_image(names), internal_columns(table, table.primary_key))
 
 
+def text_changes(raw: exp.Expr, table: TableInfo, netted: bool) -> exp.Select:
+    """PostgreSQL: `table`'s raw changes `raw` as a pending table holds them, `text_netted`, or as
+    they are where the plan does not need them `netted` (`needs_netting`)."""
+    if netted:
+        return text_netted(raw, table)
+    return exp.select(*columns([*internal_columns(table), WEIGHT])).from_(raw)
+
+
 def row_image(names: Sequence[str]) -> exp.Expr:
     """PostgreSQL: a row image as text (every type has a text form; equal text, identical image)."""
     row = exp.Anonymous(this="ROW", expressions=columns(names))

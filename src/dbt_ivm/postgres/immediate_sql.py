@@ -32,13 +32,13 @@ from dbt_ivm.apply import explicit, grouped, keyed, multiset
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta import stream
-from dbt_ivm.delta.compact import text_netted
+from dbt_ivm.delta.compact import text_changes
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.keys import Target, with_hash
 from dbt_ivm.layout import DUP, Layout
 from dbt_ivm.plan.nodes import Plan
 from dbt_ivm.reserved import internal_columns, renamed_select, source_relation
-from dbt_ivm.sqltext import WEIGHT, columns, q
+from dbt_ivm.sqltext import WEIGHT, q
 
 DIALECT = "postgres"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
@@ -128,10 +128,8 @@ def pending_insert(pending: str, table: TableInfo, raw: str, netted: bool = True
     changes themselves where the plan does not need them `netted` (`compact.needs_netting`).
     `combined` reads pending tables as they are: netted inline, the planner took the window subquery
     for a few rows and re-ran it for every row of an outer loop (TPC-H Q5: 240 times)."""
-    names = (*internal_columns(table), WEIGHT)
-    listed = ", ".join(q(c) for c in names)
-    raw_rows = exp.table_(RAW_ROWS, quoted=True)
-    rows = text_netted(raw_rows, table) if netted else exp.select(*columns(names)).from_(raw_rows)
+    rows = text_changes(exp.table_(RAW_ROWS, quoted=True), table, netted)
+    listed = ", ".join(q(c) for c in (*internal_columns(table), WEIGHT))
     return f"WITH {q(RAW_ROWS)} AS ({raw}) INSERT INTO {pending} ({listed}) {rows.sql(DIALECT)}"
 
 

@@ -29,7 +29,7 @@ from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.aggregates import REGISTRY
-from dbt_ivm.delta.compact import needs_netting, text_netted
+from dbt_ivm.delta.compact import needs_netting, text_changes
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.errors import InvalidQuery, IvmError, UnsupportedQuery
 from dbt_ivm.keys import POSTGRES, Target
@@ -53,9 +53,9 @@ from dbt_ivm.postgres import (
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
-from dbt_ivm.reserved import internal_column, internal_columns, is_reserved, source_relation
+from dbt_ivm.reserved import internal_column, is_reserved, source_relation
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
-from dbt_ivm.sqltext import WEIGHT, columns, q, qn
+from dbt_ivm.sqltext import WEIGHT, q, qn
 
 UNDEFINED_FUNCTION = "42883"  # what hashing a type without an extended hash function raises
 # Types without an equality operator: rows holding them cannot be compared or diffed.
@@ -818,8 +818,7 @@ def _row_delta(
             "__ivm_raw_changes",
             capture.raw_changes_sql(spec.catalog_schema, source, capture.snapshot(current.frontier), virtual),
         )
-        names = [*internal_columns(source), WEIGHT]
-        net = text_netted(raw.table, source) if netted else exp.select(*columns(names)).from_(raw.table)
+        net = text_changes(raw.table, source, netted)
         delta_table = pg_apply.temp_table(db, f"delta_{index}", pg_apply.render(net, raw))
         pg_apply.analyze(db, delta_table)
         bindings.delta[source.qualified] = delta_table
