@@ -63,10 +63,9 @@ def create_statements(schema: str, dialect: str) -> list[str]:
     raise ValueError(f"unknown dialect {dialect!r}; expected one of {DIALECTS}")
 
 
-# Stream tables that store the query's columns and nothing else: joins that meet each table on its
-# whole key (its key adds nothing to a row's identity), a table joined to an aggregate on its group
-# keys (one group per row), aggregates whose state the outputs hold, windows and TopK that show
-# their input's key (a row of theirs is a row of the input), and set operations without ALL.
+# Stream tables that store the query's columns and nothing else: every shape here but one that
+# groups by a column it does not show (`extreme_hidden_key`, whose rows need that key). Rows that may
+# repeat are stored as identical copies (`apply/multiset`).
 ONLY_MODEL_COLUMNS = frozenset(
     {
         "inner_join",
@@ -92,6 +91,36 @@ ONLY_MODEL_COLUMNS = frozenset(
         "union_distinct",
         "intersect_distinct",
         "except_distinct",
+        "right_join",
+        "full_join",
+        "left_join_filter_on_right",
+        "exists_returns",
+        "not_exists_returns",
+        "exists_filtered_both_sides",
+        "not_exists_over_join",
+        "exists_expression_key",
+        "in_subquery",
+        "not_in_subquery",
+        "import_ctes",
+        "cte_aggregate_of_join",
+        "union_all",
+        "intersect_all",
+        "except_all",
+        "keyless_left_join",
+        "min_max_distinct",
+        "global_extremes",
+        "extremes",
+        "global_max",
+        "filtered_aggregates",
+        "having",
+        "in_having",
+        "count_of_counts",
+        "largest_events_per_kind",
+        "rollup_totals",
+        "cube_counts",
+        "internal_names",
+        "internal_names_union",
+        "grouping_sets_max",
     }
 )
 
@@ -664,4 +693,38 @@ def sum_in_doubt_streams(table: str) -> dict[str, str]:
         f"FROM {table} GROUP BY customer_id",
         "sums": f"SELECT customer_id, SUM(amount) AS total FROM {table} GROUP BY customer_id",
         "priced": f"SELECT customer_id, COUNT(amount) AS priced FROM {table} GROUP BY customer_id",
+    }
+
+
+# Rows no key identifies, stored as identical copies (`apply/multiset`): `orders` has a key (on Spark
+# declared by `dbt_ivm.primary_key`), `events` none. Each batch touches both tables; statements are
+# separated by "; ".
+REPEATING_ORDERS = "(1, 1, 5), (2, 1, 7), (3, 2, 9), (4, NULL, 1), (5, 1, 5), (6, 2, 9)"
+REPEATING_EVENTS = "('a', 1), ('a', 1), ('a', 1), ('b', 2), (NULL, NULL), (NULL, NULL)"
+REPEATING_BATCHES = [
+    # two of three identical copies go (all deleted, one inserted again), copies of others come
+    "DELETE FROM {s}.events WHERE kind = 'a'; INSERT INTO {s}.events VALUES ('a', 1), ('b', 2), ('b', 2), "
+    "(NULL, NULL); UPDATE {s}.orders SET amount = 6 WHERE id = 5",
+    "INSERT INTO {s}.orders VALUES (7, 1, 5), (8, NULL, 1); DELETE FROM {s}.orders WHERE id = 2; "
+    "UPDATE {s}.events SET v = 1 WHERE kind = 'b'",
+    # every copy of a value goes
+    "DELETE FROM {s}.events WHERE kind IS NULL; UPDATE {s}.orders SET customer_id = 2 WHERE customer_id = 1",
+    "DELETE FROM {s}.orders WHERE customer_id = 2; "
+    "INSERT INTO {s}.events VALUES ('c', 3), ('c', 3), ('c', 3), ('c', 3)",
+    "INSERT INTO {s}.orders VALUES (9, 3, 2), (10, 3, 2), (11, NULL, 8); DELETE FROM {s}.events WHERE kind = 'c'",
+    "UPDATE {s}.orders SET amount = 2 WHERE amount > 2; INSERT INTO {s}.events VALUES ('e', 3), ('e', 3)",
+]
+
+
+def repeating_streams(s: str) -> dict[str, str]:
+    """A keyless table, UNION / INTERSECT / EXCEPT ALL, a keyless LEFT JOIN, a window hiding its
+    input's key, ROLLUP: rows that may repeat."""
+    return {
+        "notes": f"SELECT kind, v FROM {s}.events",
+        "both": f"SELECT customer_id FROM {s}.orders UNION ALL SELECT customer_id FROM {s}.orders WHERE amount > 5",
+        "shared": f"SELECT customer_id FROM {s}.orders INTERSECT ALL SELECT v FROM {s}.events",
+        "unmatched": f"SELECT customer_id FROM {s}.orders EXCEPT ALL SELECT v FROM {s}.events",
+        "paired": f"SELECT e.kind, o.amount FROM {s}.events e LEFT JOIN {s}.orders o ON o.customer_id = e.v",
+        "ranked": f"SELECT customer_id, RANK() OVER (PARTITION BY customer_id ORDER BY amount) AS r FROM {s}.orders",
+        "rolled": f"SELECT customer_id, SUM(amount) AS total FROM {s}.orders GROUP BY ROLLUP (customer_id)",
     }

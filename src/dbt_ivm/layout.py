@@ -22,8 +22,8 @@ Three kinds of stream table:
   its input (``row_number() … = 1``, the latest order per customer, is keyed by the order). A
   UNION, INTERSECT or EXCEPT without ALL holds each row once: its columns are its key.
 * ``multiset`` — anything else (a table without a primary key, a derived table without a key, a
-  set operation with ALL): identical rows may repeat; rows are identified by their values plus an
-  ordinal ``__ivm_dup`` (1..n among identical rows).
+  set operation with ALL): identical rows may repeat, stored as identical copies; rows are
+  identified by their values (`apply/multiset`).
 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.plan import build_plan
@@ -92,7 +92,6 @@ from dbt_ivm.reserved import internal_column
 
 Kind = Literal["aggregate", "keyed", "multiset"]
 COUNT = "__ivm_count"
-DUP = "__ivm_dup"
 HASH = "__ivm_hash"
 
 
@@ -100,8 +99,8 @@ HASH = "__ivm_hash"
 class Layout:
     kind: Kind
     user: tuple[str, ...]  # the query's output columns, in order
-    hidden: tuple[str, ...]  # bookkeeping columns the delta computes (not DUP / HASH)
-    key: tuple[str, ...]  # columns that identify a row (multiset: all user columns, plus DUP)
+    hidden: tuple[str, ...]  # bookkeeping columns the delta computes (not HASH)
+    key: tuple[str, ...]  # columns that identify a row (multiset: all user columns)
     group_columns: tuple[str, ...] = ()  # aggregate: the column holding each group key, by index
     # aggregate: state kept in a column the query shows (COUNT(*) AS n: the row count is n), as
     # (state, column) pairs; any other state is in the hidden column named like it

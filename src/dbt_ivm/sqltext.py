@@ -46,3 +46,11 @@ def all_of(*conditions: exp.Expr) -> exp.Expr:
 
 def is_hidden(column: str) -> bool:
     return column.startswith(HIDDEN_PREFIX)
+
+
+def with_first(named: str, statement: str) -> str:
+    """`statement` (SQL text) after the WITH list items `named` (``name AS (…), …``), joined to the
+    statement's own WITH clause when it has one (a statement cannot take two)."""
+    if statement[:5].upper() == "WITH ":
+        return f"WITH {named}, {statement[5:]}"
+    return f"WITH {named} {statement}"

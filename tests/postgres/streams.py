@@ -95,13 +95,13 @@ def connect(dsn: str, **options: Any) -> Any:
 
 
 class RecordingCursor(psycopg2.extensions.cursor):
-    """A real cursor that records every statement, and EXPLAINs each MERGE / CREATE TEMP TABLE AS first."""
+    """A real cursor that records every statement, and EXPLAINs each apply statement / CREATE TEMP TABLE AS first."""
 
     def execute(self, query: Any, vars: Any = None) -> Any:
         text = query if isinstance(query, str) else query.decode()
         connection: RecordingConnection = self.connection
         connection.statements.append(text)
-        if connection.explain and (is_merge(text) or text.lstrip().upper().startswith("CREATE TEMP TABLE")):
+        if connection.explain and (is_apply(text) or text.lstrip().upper().startswith("CREATE TEMP TABLE")):
             super().execute("EXPLAIN (FORMAT JSON) " + text, vars)
             connection.plans.append((text, self.fetchone()[0][0]["Plan"]))
         return super().execute(query, vars)
@@ -127,10 +127,14 @@ def recording_connection(dsn: str, explain: bool = False) -> Iterator[Any]:
         conn.close()
 
 
-def is_merge(statement: str) -> bool:
-    """A MERGE (on PostgreSQL ≥ 17 inside a WITH that counts what it did)."""
-    return re.match(r'\s*(WITH\s+"__ivm_merged"\s+AS\s*\(\s*)?MERGE\b', statement, re.I) is not None
+def is_apply(statement: str) -> bool:
+    """A statement that writes a batch to a stream table: a MERGE (on PostgreSQL ≥ 17 inside a WITH
+    that counts what it did), or a multiset's copies deleted and inserted (`apply/multiset`)."""
+    merge = re.match(r'\s*(WITH\s+"__ivm_merged"\s+AS\s*\(\s*)?MERGE\b', statement, re.I)
+    return (
+        merge is not None or re.match(r'\s*WITH\s+"__ivm_gone"\s+AS\s*\(\s*DELETE\b', statement) is not None
+    )
 
 
-def merges(conn: Any) -> list[str]:
-    return [s for s in conn.statements if is_merge(s)]
+def applies(conn: Any) -> list[str]:
+    return [s for s in conn.statements if is_apply(s)]

@@ -274,7 +274,7 @@ def test_a_rows_table_taken_by_the_writer_falls_back_to_the_merge(pg_conn: Any, 
 
 
 def test_user_triggers_on_a_keyless_stream_table(pg_conn: Any) -> None:
-    """Rows told apart by value (and an ordinal) are deleted and inserted, never updated."""
+    """Rows identified by value (identical copies) are deleted and inserted, never updated."""
     notes = "SELECT amount FROM notes"
     execute(pg_conn, "CREATE TABLE notes (amount numeric); INSERT INTO notes VALUES (1), (1), (2)")
     _immediate(pg_conn, "keyless", notes)

@@ -12,9 +12,9 @@ import pytest
 
 from dbt_ivm.errors import UnsupportedQuery
 from tests.postgres.streams import (
+    applies,
     execute,
     history,
-    merges,
     recording_connection,
     refresh,
     refresh_and_check,
@@ -98,13 +98,13 @@ def test_no_changes_is_a_skip_without_merge(shop: Any, pg_dsn: str) -> None:
     with recording_connection(pg_dsn) as conn:
         result = refresh(conn, "totals", CUSTOMER_TOTALS)
         assert result.action == "SKIP"
-        assert merges(conn) == []
+        assert applies(conn) == []
         assert not [s for s in conn.statements if '"public"."totals"' in s and "INSERT" in s.upper()]
         # The instrument works: a real change does run a MERGE (differential asked for: on a table of
         # a few rows AUTO may weigh FULL cheaper, and a slow CREATE on a loaded machine tips it).
         execute(shop, "UPDATE orders SET amount = 7 WHERE id = 1")
         assert refresh(conn, "totals", CUSTOMER_TOTALS, refresh_mode="differential").action == "DIFFERENTIAL"
-        assert len(merges(conn)) == 1
+        assert len(applies(conn)) == 1
     assert [h["action"] for h in history(shop, "totals")] == ["CREATE", "SKIP", "DIFFERENTIAL"]
     # Changes that cancel within the batch (insert then delete) leave nothing to write.
     execute(shop, "INSERT INTO orders VALUES (500, 1, 'zed', 1); DELETE FROM orders WHERE id = 500")

@@ -17,14 +17,22 @@ from tests.oracle import assert_matches_query
 from tests.postgres.streams import (
     CATALOG,
     execute,
-    is_merge,
+    is_apply,
     recording_connection,
     refresh,
     refresh_and_check,
     rows,
     value,
 )
-from tests.shapes import SUM_IN_DOUBT_BATCHES, SUM_IN_DOUBT_ROWS, sum_in_doubt_streams
+from tests.shapes import (
+    REPEATING_BATCHES,
+    REPEATING_EVENTS,
+    REPEATING_ORDERS,
+    SUM_IN_DOUBT_BATCHES,
+    SUM_IN_DOUBT_ROWS,
+    repeating_streams,
+    sum_in_doubt_streams,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -184,12 +192,11 @@ def test_nullable_keys_are_matched_through_the_hash(pg_conn: Any, pg_dsn: str, s
     with recording_connection(pg_dsn, explain=True) as conn:
         result = refresh(conn, "st", sql, refresh_mode="differential")
         assert result.action == "DIFFERENTIAL" and result.rows_changed >= 10_000, result.summary()
-        assert any(is_merge(s) for s, _ in conn.plans)
+        assert any(is_apply(s) for s, _ in conn.plans)
         for statement, plan in conn.plans:
             _assert_key_matching_uses_the_hash(statement, plan)
     assert_matches_query(pg_conn, "public", "st", sql)
-    # The hash is indexed as an expression, not stored: the table holds only the query's columns
-    # (and a multiset's ordinal).
+    # The hash is indexed as an expression, not stored: the table holds only the query's columns.
     indexed = value(
         pg_conn,
         "SELECT count(*) FROM pg_indexes WHERE tablename = 'st' AND indexdef LIKE '%%hash_record_extended(ROW(%%'",
@@ -231,7 +238,7 @@ def test_keys_that_cannot_be_null_are_matched_by_equality(pg_conn: Any, pg_dsn: 
     with recording_connection(pg_dsn, explain=True) as conn:
         result = refresh(conn, "st", sql, refresh_mode="differential")
         assert result.action == "DIFFERENTIAL" and result.rows_changed >= 10_000, result.summary()
-        merges = [s for s, _ in conn.plans if is_merge(s)]
+        merges = [s for s, _ in conn.plans if is_apply(s)]
         assert merges and not any("hash_record_extended" in s.lower() for s in merges), merges
     assert_matches_query(pg_conn, "public", "st", sql)
     # A table an earlier version built around a hash index (with its refresh function): rebuilt once.
@@ -659,3 +666,41 @@ def test_a_sum_over_one_table_reads_its_changes_unnetted(pg_conn: Any, pg_dsn: s
                 (f"public.{name}",),
             )
             assert ("__ivm_net" in function) == netted, name
+
+
+def test_rows_that_repeat_are_stored_as_copies(pg_conn: Any) -> None:
+    """Rows no key identifies (a keyless table, UNION / INTERSECT / EXCEPT ALL, a keyless LEFT JOIN, a
+    window hiding its input's key, ROLLUP) are stored as identical copies with only the query's columns:
+    a batch deletes as many copies of a value as it removes and inserts as many as it adds, through
+    copies added and removed in one batch, every copy going, NULLs, by the engine and by the refresh
+    function. A table an earlier dbt-ivm stored with an ordinal (__ivm_dup) is rebuilt once."""
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric);"
+        f"CREATE TABLE events (kind text, v int); INSERT INTO orders VALUES {REPEATING_ORDERS};"
+        f"INSERT INTO events VALUES {REPEATING_EVENTS}",
+    )
+    streams = repeating_streams("public")
+    _created_with_only_model_columns(pg_conn, streams)
+    batches = [batch.format(s="public") for batch in REPEATING_BATCHES]
+    _refresh_after_each(pg_conn, streams, batches[:4])
+    for number, batch in enumerate(batches[4:]):  # by the engine (AUTO), and FULL as a diff
+        execute(pg_conn, batch)
+        for name, sql in streams.items():
+            refresh_and_check(pg_conn, name, sql, f"auto batch {number}")
+            refresh_and_check(pg_conn, name, sql, f"full batch {number}", refresh_mode="full")
+    for name in streams:
+        stored = _stored_columns(pg_conn, name)
+        assert not [c for c in stored if c.startswith("__ivm_")], (name, stored)
+
+    user = _stored_columns(pg_conn, "notes")
+    execute(
+        pg_conn,
+        "ALTER TABLE notes ADD COLUMN __ivm_dup bigint; UPDATE notes SET __ivm_dup = 1;"
+        f"UPDATE {CATALOG}.stream_tables SET shape = (shape::jsonb - 'repeats')::text WHERE stream_table = %s",
+        ("public.notes",),
+    )
+    assert "__ivm_dup" in _stored_columns(pg_conn, "notes") and user
+    execute(pg_conn, "INSERT INTO events VALUES ('d', 4)")
+    _rebuilt_for_its_layout(pg_conn, "notes", streams["notes"])
+    assert _stored_columns(pg_conn, "notes") == user

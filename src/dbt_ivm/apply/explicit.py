@@ -7,8 +7,8 @@ values stay the same is not touched and fires nothing.
 
 Input is what the MERGE path already materializes: for keyed and aggregate layouts the consolidated
 rows (one per affected key: weight < 0 removes the key, weight > 0 writes the row's new values); for
-multiset layouts the ordinal operations (one per ordinal: weight −1 deletes it, +1 inserts it). A
-multiset row is identified by its values, so it never changes in place: DELETE and INSERT only.
+multiset layouts each value's net weight (−k deletes k of its copies, +k inserts k, `apply/multiset`).
+A multiset row is identified by its values, so it never changes in place: DELETE and INSERT only.
 
 DELETE and UPDATE join the (small) rows table to the stream table (``DELETE ... USING``,
 ``UPDATE ... FROM``) rather than ``WHERE EXISTS``: the key match uses IS NOT DISTINCT FROM, which
@@ -23,14 +23,14 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dbt_ivm.apply.multiset import same_ordinal
+from dbt_ivm.apply import multiset
 from dbt_ivm.apply.statements import STORED, assignments, weight_is
 from dbt_ivm.delta.terms import aliased
 from dbt_ivm.keys import Target, changed, same_key, same_values
-from dbt_ivm.layout import DUP, Layout
+from dbt_ivm.layout import Layout
 from dbt_ivm.sqltext import all_of, columns
 
-ROWS, OPS = "r", "o"
+ROWS = "r"
 
 
 @dataclass(frozen=True)
@@ -86,13 +86,12 @@ def keyed_dml(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: T
     return ExplicitDml(delete, update, _insert(stream_table, inserted, new_keys))
 
 
-def multiset_dml(layout: Layout, ops: exp.Expr, stream_table: exp.Table, target: Target) -> ExplicitDml:
-    """DELETE the ordinals that go, INSERT the ordinals that come (multiset layouts)."""
-    delete = _delete(stream_table, ops, OPS, same_ordinal(layout, OPS, target))
-    # Ordinals to insert were numbered past the current count (see multiset.ordinal_ops): all new.
-    inserted = [*layout.columns, DUP]
-    new_ordinals = exp.select(*columns(inserted, OPS)).from_(aliased(ops, OPS)).where(weight_is(exp.GT, OPS))
-    return ExplicitDml(delete, None, _insert(stream_table, inserted, new_ordinals))
+def multiset_dml(layout: Layout, rows: exp.Expr, stream_table: exp.Table, target: Target) -> ExplicitDml:
+    """DELETE the copies that go, INSERT the copies that come (multiset layouts; `rows`: each value's
+    net weight, `multiset.counted_rows`)."""
+    return ExplicitDml(
+        multiset.delete(layout, rows, stream_table, target), None, multiset.insert(layout, rows, stream_table)
+    )
 
 
 def _count(source: exp.Expr, alias: str, condition: exp.Expr) -> exp.Select:
@@ -112,9 +111,3 @@ def keyed_mismatches(layout: Layout, rows: exp.Expr, stream_table: exp.Table, ta
         .else_(_stored(stream_table, match))
     )
     return _count(rows, ROWS, differs)
-
-
-def multiset_mismatches(layout: Layout, ops: exp.Expr, stream_table: exp.Table, target: Target) -> exp.Select:
-    """After the writes: how many ordinals are missing (inserted ones) or still there (deleted ones)."""
-    present = _stored(stream_table, same_ordinal(layout, OPS, target))
-    return _count(ops, OPS, exp.NEQ(this=exp.paren(weight_is(exp.GT, OPS), copy=False), expression=present))

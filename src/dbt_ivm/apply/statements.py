@@ -42,7 +42,7 @@ def assignments(names: Sequence[str], source: str) -> list[exp.Expr]:
     return [exp.EQ(this=a, expression=b) for a, b in zip(columns(names), columns(names, source), strict=True)]
 
 
-def delete_when(condition: exp.Expr) -> exp.When:
+def delete_when(condition: exp.Expr | None = None) -> exp.When:
     return exp.When(matched=True, condition=condition, then=exp.var("DELETE"))
 
 

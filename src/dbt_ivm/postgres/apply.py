@@ -15,13 +15,13 @@ from dbt_ivm.apply import keyed, multiset
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.delta.terms import aliased
 from dbt_ivm.keys import POSTGRES, Target, key_hash
-from dbt_ivm.layout import DUP, Layout
+from dbt_ivm.layout import Layout
 from dbt_ivm.postgres import statistics
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.temp_names import unique
 from dbt_ivm.postgres.user_triggers import TriggerChoice, suppressed, write_keyed, write_multiset
 from dbt_ivm.spec import RefreshResult
-from dbt_ivm.sqltext import columns, q
+from dbt_ivm.sqltext import columns, q, with_first
 
 DIALECT = POSTGRES.dialect
 
@@ -47,7 +47,7 @@ def render(statement: exp.Expr, reading: TextRelation | None = None) -> str:
     """`statement` as PostgreSQL text, after the WITH clause that binds the text relation it reads."""
     if reading is None:
         return statement.sql(DIALECT)
-    return f"WITH {_identifier(reading.name)} AS ({reading.sql}) {statement.sql(DIALECT)}"
+    return with_first(f"{_identifier(reading.name)} AS ({reading.sql})", statement.sql(DIALECT))
 
 
 Contents = exp.Query | TextRelation  # a query the engine built, or the user's own as written
@@ -82,15 +82,11 @@ GROUP_FILLFACTOR = 60  # percent of a page an aggregate stream table's rows fill
 
 
 def create_table(db: Db, table: exp.Table, layout: Layout, contents: Contents, target: Target) -> int:
-    """CREATE TABLE AS the contents (plus ordinals for repeated rows), with an index on its key (a key
-    that can be NULL: on its hash).
+    """CREATE TABLE AS the contents, with an index on its key (a key that can be NULL: on its hash; a
+    multiset's key is all its columns).
 
     `target.hashes_keys` False: a key column's type has no hash function; rows are matched on the key alone."""
-    extra: list[exp.Expr] = []
-    if layout.kind == "multiset":
-        ordinal = exp.Window(this=exp.RowNumber(), partition_by=columns(layout.columns, "c"))
-        extra.append(exp.alias_(ordinal, DUP, quoted=True))
-    select = exp.select(*columns(layout.columns, "c"), *extra).from_(aliased(_relation(contents), "c"))
+    select = exp.select(*columns(layout.columns, "c")).from_(aliased(_relation(contents), "c"))
     # A group's row is updated in place by every change to the group: room on its page lets
     # PostgreSQL keep the new version there (a HOT update, no index entry), about 2× cheaper.
     storage = f" WITH (fillfactor = {GROUP_FILLFACTOR})" if layout.kind == "aggregate" else ""
@@ -168,21 +164,7 @@ def apply_row_delta(
         delta.sql if isinstance(delta, StagedRows) else render(staged_rows(layout, delta, target), reading)
     )
     if layout.kind == "multiset":
-        summed = temp_table(db, "rows", staged)
-        analyze(db, summed)
-        ops = temp_table(db, "ops", render(multiset.ordinal_ops(layout, summed, table, target)))
-        counts = db.one(render(multiset.ops_counts(ops)))
-        assert counts is not None
-        result.rows_inserted += int(counts[0])
-        result.rows_deleted += int(counts[1])
-        if counts[0] or counts[1]:
-            analyze(db, ops)
-            if triggers is not None and triggers.explicit:
-                pair = (int(counts[0]), int(counts[1]))
-                write_multiset(db, triggers, layout, ops, table, target, pair, result)
-                return
-            with suppressed(db, triggers):
-                db.execute(render(multiset.merge(layout, ops, table, target)))
+        _apply_copies(db, layout, temp_table(db, "rows", staged), table, target, result, triggers)
         return
     rows = temp_table(db, "rows", staged)
     analyze(db, rows)
@@ -222,3 +204,30 @@ def apply_full_diff(
     """FULL refresh through the same path as a differential one: the same row triggers fire."""
     delta = full_delta(table, layout, _relation(contents))
     apply_row_delta(db, table, layout, delta, result, target, triggers, _text(contents))
+
+
+def _apply_copies(
+    db: Db,
+    layout: Layout,
+    summed: exp.Table,
+    table: exp.Table,
+    target: Target,
+    result: RefreshResult,
+    triggers: TriggerChoice | None,
+) -> None:
+    """Apply each value's net weight (`summed`) to a multiset: copies deleted and inserted."""
+    analyze(db, summed)
+    if triggers is not None and triggers.explicit:
+        counted = temp_table(db, "counted", render(multiset.counted_rows(layout, summed, table, target)))
+        totals = db.one(render(multiset.weight_totals(counted)))
+        assert totals is not None
+        inserted, deleted = int(totals[0]), int(totals[1])
+        result.rows_inserted += inserted
+        result.rows_deleted += deleted
+        write_multiset(db, triggers, layout, counted, table, target, (inserted, deleted), result)
+        return
+    with suppressed(db, triggers):
+        done = db.one(render(multiset.counted_apply(layout, summed, table, target)))
+    assert done is not None
+    result.rows_inserted += int(done[0])
+    result.rows_deleted += int(done[1])

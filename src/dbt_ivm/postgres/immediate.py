@@ -41,6 +41,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from dbt_ivm.apply import multiset
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.layout import HASH
 from dbt_ivm.postgres import user_triggers
@@ -207,8 +208,10 @@ class Explicit:
             return merge
         name = path.rows.removeprefix('"pg_temp".')
         # Only the columns and their types: no constraint or default of the stream table comes along.
-        # The rows' key hash is theirs alone (the stream table stores none).
-        columns = ", ".join(f"NULL::bigint AS {q(c)}" if c == HASH else q(c) for c in path.columns)
+        # The rows' key hash and a multiset value's stored count are theirs alone (the stream table
+        # stores neither).
+        own = (HASH, multiset.STORED_COUNT)
+        columns = ", ".join(f"NULL::bigint AS {q(c)}" if c in own else q(c) for c in path.columns)
         definition = f"AS SELECT {columns}, NULL::bigint AS {q(WEIGHT)} FROM {self.relation} WITH NO DATA"
         return (
             f"IF {self.wanted()} THEN {_create_once(name, definition)} "

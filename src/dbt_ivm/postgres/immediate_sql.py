@@ -35,10 +35,10 @@ from dbt_ivm.delta import stream
 from dbt_ivm.delta.compact import text_changes
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.keys import Target, with_hash
-from dbt_ivm.layout import DUP, Layout
+from dbt_ivm.layout import Layout
 from dbt_ivm.plan.nodes import Plan
 from dbt_ivm.reserved import internal_columns, renamed_select, source_relation
-from dbt_ivm.sqltext import WEIGHT, q
+from dbt_ivm.sqltext import WEIGHT, q, with_first
 
 DIALECT = "postgres"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
@@ -64,7 +64,7 @@ class Statements:
 @dataclass(frozen=True)
 class ExplicitPath:
     """The same maintenance for a stream table with user triggers: each statement above, as an INSERT
-    of the rows to apply (`apply/keyed` consolidated rows or `apply/multiset` ordinal operations) into
+    of the rows to apply (`apply/keyed` consolidated rows or `apply/multiset` counted rows) into
     the session's temp table `rows`; then `counts` of what they do, and only the DELETE, UPDATE and
     INSERT (`apply/explicit`) that change something, so user triggers fire as on any table."""
 
@@ -133,12 +133,11 @@ def pending_insert(pending: str, table: TableInfo, raw: str, netted: bool = True
     return f"WITH {q(RAW_ROWS)} AS ({raw}) INSERT INTO {pending} ({listed}) {rows.sql(DIALECT)}"
 
 
-def apply_statement(layout: Layout, delta: exp.Query, stream_table: exp.Table, target: Target) -> exp.Merge:
-    """The one MERGE that applies a row delta (layout columns + weight) to the stream table."""
+def apply_statement(layout: Layout, delta: exp.Query, stream_table: exp.Table, target: Target) -> exp.Expr:
+    """The one statement that applies a row delta (layout columns + weight) to the stream table: a
+    MERGE, or for a multiset the deletion and insertion of copies (`apply/multiset`)."""
     if layout.kind == "multiset":
-        summed = multiset.summed_rows(layout, delta, target).subquery()
-        ops = multiset.ordinal_ops(layout, summed, stream_table, target).subquery()
-        return multiset.merge(layout, ops, stream_table, target)
+        return multiset.apply(layout, multiset.summed_rows(layout, delta, target), stream_table, target)
     rows = keyed.consolidated_rows(layout, delta, target).subquery()
     return keyed.merge(layout, rows, stream_table, target)
 
@@ -147,7 +146,7 @@ def _with_materialized(ctes: list[tuple[str, str]], statement: str) -> str:
     if not ctes:
         return statement
     named = ", ".join(f'"{name}" AS MATERIALIZED ({text})' for name, text in ctes)
-    return f"WITH {named} {statement}"
+    return with_first(named, statement)
 
 
 def _rendered(ctx: Context, build: Callable[[Context], exp.Expr | None]) -> str | None:
@@ -183,10 +182,10 @@ def render(
 
 
 def rows_to_apply(layout: Layout, delta: exp.Query, stream_table: exp.Table, target: Target) -> exp.Select:
-    """What the explicit path writes into its rows table: one row per changed key, or per ordinal."""
+    """What the explicit path writes into its rows table: one row per changed key, or per value."""
     if layout.kind == "multiset":
         summed = multiset.summed_rows(layout, delta, target).subquery()
-        return multiset.ordinal_ops(layout, summed, stream_table, target)
+        return multiset.counted_rows(layout, summed, stream_table, target)
     return keyed.consolidated_rows(layout, delta, target)
 
 
@@ -214,8 +213,8 @@ def _explicit_path(
     """The explicit path: `inserts` (per source and event, full, combined) fill `rows`; the rest applies them."""
     if layout.kind == "multiset":
         ops = explicit.multiset_dml(layout, rows, stream_table, target)
-        counts: exp.Select = multiset.ops_counts(rows)
-        mismatches = explicit.multiset_mismatches(layout, rows, stream_table, target)
+        counts: exp.Select = multiset.weight_totals(rows)
+        mismatches = multiset.mismatches(layout, rows, stream_table, target)
     else:
         ops = explicit.keyed_dml(layout, rows, stream_table, target)
         counts = keyed.counts(layout, rows, stream_table, target)
@@ -223,7 +222,7 @@ def _explicit_path(
     by_source, full, combined = inserts
     carried = [c for c in with_hash(layout.columns, layout.key, target)]
     if layout.kind == "multiset":
-        carried.append(DUP)
+        carried.append(multiset.STORED_COUNT)
     return ExplicitPath(
         rows=rows.sql(DIALECT),
         columns=carried,

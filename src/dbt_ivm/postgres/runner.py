@@ -137,7 +137,7 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
         if spec.refresh_mode in ("differential", "immediate"):
             raise
         compiled = Compiled(None, None, [], unsupported, {}, output_types, views_digest(catalog.seen))
-        compiled.shape = json.dumps({"kind": "plain", "columns": output_types})
+        compiled.shape = json.dumps({"kind": "plain", "columns": output_types, "repeats": REPEATS})
     else:
         compiled = Compiled(plan, layout, sources, None, call_types, output_types, views_digest(catalog.seen))
         _add_shape(db, compiled, dict(described[0]))
@@ -162,9 +162,13 @@ def _add_shape(db: Db, compiled: Compiled, types: dict[str, str]) -> None:
             # Rows are found through an index on the key, or on its hash when a key column can be NULL
             # (before: a stored __ivm_hash column, then a hash index for every key).
             "key_lookup": "key index" if compiled.equal_keys else "hash index",
+            **({"repeats": REPEATS} if layout.kind == "multiset" else {}),
         }
     )
 
+
+# How a multiset holds a value that repeats (before: one row per copy plus an ordinal, __ivm_dup).
+REPEATS = "copies"
 
 LOOKUPS = {
     "key index": "an index on its key (no key column can be NULL)",
@@ -201,6 +205,11 @@ def shape_change(registered: str, current: str) -> str | None:
         return (
             f"this version of dbt-ivm finds the stream table's rows through {LOOKUPS[after['key_lookup']]}, "
             f"not {LOOKUPS.get(before.get('key_lookup'), 'a stored __ivm_hash column')}"
+        )
+    if before.get("repeats") != after.get("repeats") and before.get("kind") == after.get("kind"):
+        return (
+            "this version of dbt-ivm keeps the stream table's bookkeeping columns differently "
+            "(identical rows are stored as copies, without the ordinal __ivm_dup)"
         )
     old_columns, new_columns = dict(map(tuple, before["columns"])), dict(map(tuple, after["columns"]))
     changed = [

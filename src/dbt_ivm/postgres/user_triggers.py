@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from dbt_ivm.apply import explicit
+from dbt_ivm.apply import explicit, multiset
 from dbt_ivm.catalog import qualified_name
 from dbt_ivm.errors import IvmError
 from dbt_ivm.keys import Target
@@ -189,22 +189,23 @@ def write_multiset(
     db: Db,
     choice: TriggerChoice,
     layout: Layout,
-    ops: exp.Table,
+    counted: exp.Table,
     table: exp.Table,
     target: Target,
     counts: tuple[int, int],
     result: RefreshResult,
 ) -> None:
-    """Explicit DML for multiset layouts: DELETE the ordinals that go, INSERT those that come."""
+    """Explicit DML for multiset layouts: DELETE the copies that go, INSERT those that come
+    (`counted`: `multiset.counted_rows`)."""
     inserted, deleted = counts
-    dml = explicit.multiset_dml(layout, ops, table, target)
+    dml = explicit.multiset_dml(layout, counted, table, target)
     if deleted:
         db.execute(dml.delete.sql(target.dialect))
     if inserted:
         db.execute(dml.insert.sql(target.dialect))
     if choice.check_read_back:
         _warn_if_changed(
-            db, choice, explicit.multiset_mismatches(layout, ops, table, target).sql(target.dialect), result
+            db, choice, multiset.mismatches(layout, counted, table, target).sql(target.dialect), result
         )
 
 

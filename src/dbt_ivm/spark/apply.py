@@ -1,8 +1,8 @@
 """Apply strategies on Spark + Iceberg: create the table, prepare a row delta, MERGE INTO.
 
-Queries and statements are the engine's sqlglot trees rendered in Spark SQL; the multiset ordinal
-expansion has a Spark form of its own (``explode(sequence)`` where PostgreSQL uses ``generate_series``
-over a LATERAL count). Rows to apply are computed once and pinned with an eager ``localCheckpoint``,
+Queries and statements are the engine's sqlglot trees rendered in Spark SQL; a multiset's copies have
+a Spark form of their own (`copy_ops`: a value losing copies is rewritten whole, where PostgreSQL
+deletes exactly the copies that go). Rows to apply are computed once and pinned with an eager ``localCheckpoint``,
 counted by the same job (``observed``), so the counts and the MERGE see the same rows, computed from
 the stream table's state before the MERGE.
 """
@@ -22,12 +22,12 @@ from dbt_ivm.apply.key_span import KeySpan
 from dbt_ivm.delta.stream import GroupChange
 from dbt_ivm.delta.terms import aliased
 from dbt_ivm.keys import SPARK, same_values
-from dbt_ivm.layout import DUP, Layout
+from dbt_ivm.layout import Layout
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.spark import observed, upkeep
 from dbt_ivm.spark.commit import Stamp, commit_with
 from dbt_ivm.spark.iceberg import load_table, quoted_name, sql_string, total_records
-from dbt_ivm.sqltext import WEIGHT, columns
+from dbt_ivm.sqltext import WEIGHT, all_of, columns
 
 DIALECT = SPARK.dialect
 
@@ -111,20 +111,10 @@ def create_table(
     stamp: Stamp,
     properties: dict[str, str] | None = None,
 ) -> int:
-    """CREATE TABLE … USING iceberg AS the contents (multiset: plus an ordinal among identical rows),
-    its commit stamped with the frontier the contents were read at. `contents`: a query or relation;
-    `properties`: the model's table properties."""
+    """CREATE TABLE … USING iceberg AS the contents, its commit stamped with the frontier the contents
+    were read at. `contents`: a query or relation; `properties`: the model's table properties."""
     relation = exp.table_(table[1], table[0], quoted=True)
-    extra: list[exp.Expr] = []
-    if layout.kind == "multiset":
-        # Spark's row_number needs an order: any will do among identical rows.
-        ordinal = exp.Window(
-            this=exp.RowNumber(),
-            partition_by=columns(layout.columns, "c"),
-            order=exp.Order(expressions=columns(layout.columns, "c")),
-        )
-        extra.append(exp.alias_(exp.cast(ordinal, exp.DataType.build("int")), DUP, quoted=True))
-    select = exp.select(*columns(layout.columns, "c"), *extra).from_(aliased(contents, "c"))
+    select = exp.select(*columns(layout.columns, "c")).from_(aliased(contents, "c"))
     if layout.kind != "multiset" and layout.key:
         # Written in key order, each file holds a narrow span of keys, which a batch's KeySpan skips.
         select = select.order_by(*columns(layout.key, "c"))
@@ -186,10 +176,10 @@ def prepare(
     if isinstance(delta, GroupChange):
         return prepare_grouped(views, table, delta)
     if layout.kind == "multiset":
-        summed = views.pinned("summed", multiset.summed_rows(layout, delta, SPARK))
-        ops_frame = views.frame(ordinal_ops(layout, summed, table))
-        ops, (inserted, deleted) = views.observed("ops", ops_frame, multiset.ops_count_metrics())
-        merge = multiset.merge(layout, ops, table, SPARK).sql(DIALECT)
+        summed_frame = views.frame(multiset.summed_rows(layout, delta, SPARK))
+        summed, (inserted, deleted) = views.observed("summed", summed_frame, multiset.weight_total_metrics())
+        ops = views.pinned("ops", copy_ops(layout, summed, table))
+        merge = multiset.replacing_merge(layout, ops, table).sql(DIALECT)
         return Prepared(int(inserted), 0, int(deleted), merge)
     # Nothing enforces a key on Spark: rows keyed by source keys check that those are unique.
     checked = layout.kind == "keyed"
@@ -292,33 +282,44 @@ class SpanProbe:
         return exp.cast(exp.Literal.string(value), exp.DataType.build(self.type_name, dialect=DIALECT))
 
 
-def ordinal_ops(layout: Layout, summed: exp.Expr, stream_table: exp.Table) -> exp.Select:
-    """One row per ordinal to insert (+1) or delete (−1) for each value whose weight is ±k.
-
-    A value stored n times with weight +k gets ordinals n+1..n+k; with −k, ordinals n−k+1..n go.
-    """
-    stored, count = "__ivm_stored", "__ivm_n"
-    stored_counts = (
-        exp.select(*columns(layout.columns), exp.alias_(exp.func("COUNT", exp.Star()), count, quoted=True))
-        .from_(stream_table)
-        .group_by(*columns(layout.columns))
+def copy_ops(layout: Layout, summed: exp.Table, stream_table: exp.Table) -> exp.Select:
+    """The rows `multiset.replacing_merge` applies: a ``D`` row for each value that loses copies (its
+    n stored copies all go), and an ``I`` row per copy to insert: k for a value whose weight is +k,
+    n − k for one whose weight is −k. One pass over the summed rows, each exploded into its actions."""
+    stored, count = "__ivm_stored", multiset.STORED_COUNT
+    weight = exp.column(WEIGHT, "r", quoted=True)
+    losing = exp.LT(this=weight.copy(), expression=exp.Literal.number(0))
+    # Only the values that lose copies are counted in the stream table.
+    lost = (
+        exp.select(exp.Literal.number(1))
+        .from_(aliased(summed, "r"))
+        .where(all_of(losing.copy(), same_values("r", "s", layout.columns)))
     )
-    integer = exp.DataType.build("int")
-    stored_count = exp.func("COALESCE", exp.column(count, stored, quoted=True), exp.Literal.number(0))
-    counted = (
+    stored_counts = (
         exp.select(
-            *columns(layout.columns, "r"),
-            exp.alias_(exp.cast(exp.column(WEIGHT, "r", quoted=True), integer), WEIGHT, quoted=True),
-            exp.alias_(exp.cast(stored_count, integer), count, quoted=True),
+            *columns(layout.columns, "s"), exp.alias_(exp.func("COUNT", exp.Star()), count, quoted=True)
+        )
+        .from_(aliased(stream_table, "s"))
+        .where(exp.Exists(this=lost))
+        .group_by(*columns(layout.columns, "s"))
+    )
+    n = exp.func("COALESCE", exp.column(count, stored, quoted=True), exp.Literal.number(0))
+    copies = exp.Case().when(losing.copy(), exp.Add(this=n, expression=weight.copy())).else_(weight.copy())
+
+    def repeated(code: str, times: exp.Expr) -> exp.Expr:
+        return exp.Anonymous(
+            this="array_repeat",
+            expressions=[exp.Literal.string(code), exp.cast(times, exp.DataType.build("int"))],
+        )
+
+    removal = exp.If(this=losing.copy(), true=exp.Literal.number(1), false=exp.Literal.number(0))
+    actions = exp.func(
+        "concat", repeated("D", removal), repeated("I", exp.func("greatest", copies, exp.Literal.number(0)))
+    )
+    return (
+        exp.select(
+            *columns(layout.columns, "r"), exp.alias_(exp.Explode(this=actions), multiset.ACTION, quoted=True)
         )
         .from_(aliased(summed, "r"))
         .join(aliased(stored_counts, stored), on=same_values("r", stored, layout.columns), join_type="left")
     )
-    weight = exp.column(WEIGHT, "x", quoted=True)
-    first, last = multiset.ordinal_range(weight, exp.column(count, "x", quoted=True))
-    ordinals = exp.Explode(this=exp.func("sequence", first, last, dialect=DIALECT))
-    return exp.select(
-        *columns(layout.columns, "x"),
-        exp.alias_(ordinals, DUP, quoted=True),
-        exp.alias_(multiset.signed(weight), WEIGHT, quoted=True),
-    ).from_(aliased(counted, "x"))

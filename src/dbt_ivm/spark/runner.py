@@ -49,7 +49,7 @@ from dbt_ivm.errors import (
     UnsupportedQuery,
 )
 from dbt_ivm.keys import SPARK
-from dbt_ivm.layout import DUP, HASH, Layout, layout_of
+from dbt_ivm.layout import HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Plan, scans_in, whole_input_reason
 from dbt_ivm.plan.reads import columns_read
@@ -283,16 +283,11 @@ def _columns_mismatch(spark: Any, spec: StreamTableSpec, compiled: Compiled) -> 
     hand, a source column added under `select *`, bookkeeping columns of an earlier dbt-ivm)."""
     layout = compiled.layout
     expected = list(layout.columns if layout is not None else compiled.output_names)
-    if layout is None or layout.kind == "multiset":
-        expected.append(DUP)  # identical rows are told apart by an ordinal
     fields = spark.table(f"{bt(spec.schema)}.{bt(spec.name)}").schema.fields
     stored = [f.name for f in fields if f.name != HASH]
     # Spark resolves names without regard to case.
     if sorted(c.lower() for c in stored) == sorted(c.lower() for c in expected):
         return None
-    if sorted(c.lower() for c in stored if c != DUP) == sorted(c.lower() for c in expected if c != DUP):
-        now = "repeat (no key identifies them any more)" if DUP in expected else "are now identified by a key"
-        return f"the stream table's rows {now}: it is stored anew"
     differing = {c.lower() for c in stored} ^ {c.lower() for c in expected}
     if all(is_reserved(c) for c in differing):
         return (
