@@ -65,6 +65,19 @@ SUPPORTED_AGGREGATES: dict[type[exp.Expr], AggFunc] = {
     exp.Avg: "avg",
 }
 MAX_VIEW_DEPTH = 16
+# How to read a source the catalog says is not a plain table (`Catalog.lookup`'s kind), where the
+# general fix (read from tables or views) does not say enough.
+SOURCE_FIXES = {
+    "partition": "read the partitioned table at the root of its tree, filtered to this partition's "
+    "rows (a write through a parent fires no statement trigger of a partition, so its changes "
+    "cannot be captured), or use refresh_mode='full'",
+    "inheritance child": "read the parent table, filtered to this child's rows (a write through the "
+    "parent fires no statement trigger of a child, so its changes cannot be captured), or use "
+    "refresh_mode='full'",
+    "table under row-level security": "run dbt as a role row-level security does not apply to (the "
+    "table's owner or a BYPASSRLS role): changes are captured for every row, not for the rows this "
+    "role may read; or use refresh_mode='full'",
+}
 
 
 def build_plan(
@@ -237,9 +250,8 @@ def _resolve_tables(tree: exp.Expr, catalog: Catalog, model: str, dialect: str) 
                 expanded = True
                 continue
             if info.kind != "table":
-                raise UnsupportedQuery(
-                    model, f"{info.kind} {info.qualified}", "read from tables (or views over tables)"
-                )
+                fix = SOURCE_FIXES.get(info.kind, "read from tables (or views over tables)")
+                raise UnsupportedQuery(model, f"{info.kind} {info.qualified}", fix)
             table.set("catalog", None)
             table.set("db", exp.to_identifier(info.schema, quoted=True))
             found[info.qualified] = info

@@ -17,6 +17,18 @@ NULLABLE = (
 )
 
 
+def _kind(relkind: str, inherits: bool, partition: bool, row_security: bool) -> str:
+    """A relation's kind as the planner sees it. A partition or an inheritance child is a kind of its
+    own: a write through its parent fires only the parent's statement triggers, so capture on the
+    child misses it. So is a table whose row-level security applies to this role: its changes are
+    captured for every row, not for those the role may read."""
+    if inherits:
+        return "partition" if partition else "inheritance child"
+    if row_security:
+        return "table under row-level security"
+    return KINDS.get(relkind, "other")
+
+
 class PostgresCatalog:
     def __init__(self, db: Db) -> None:
         self.db = db
@@ -26,6 +38,8 @@ class PostgresCatalog:
         target = qn(schema, name) if schema else qn(name)
         row = self.db.one(
             "SELECT c.oid, n.nspname, c.relname, c.relkind, "
+            "EXISTS (SELECT FROM pg_inherits i WHERE i.inhrelid = c.oid), c.relispartition, "
+            "c.relkind IN ('r', 'p') AND row_security_active(c.oid), "
             "CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) END, "
             "(SELECT COALESCE(json_agg(json_build_array(a.attname, format_type(a.atttypid, a.atttypmod), "
             f"{NULLABLE}) ORDER BY a.attnum), '[]') FROM pg_attribute a "
@@ -38,13 +52,15 @@ class PostgresCatalog:
         )
         if row is None:
             return None
-        oid, nspname, relname, relkind, view_sql, columns, primary_key = row
+        oid, nspname, relname, relkind, inherits, partition, row_security, view_sql, columns, primary_key = (
+            row
+        )
         found = TableInfo(
             schema=nspname,
             name=relname,
             columns=tuple(Column(str(n), str(t), bool(nullable)) for n, t, nullable in columns),
             primary_key=tuple(str(c) for c in primary_key),
-            kind=KINDS.get(relkind, "other"),
+            kind=_kind(relkind, inherits, partition, row_security),
             view_sql=view_sql.rstrip().rstrip(";") if view_sql else None,
             identity=str(oid),
         )

@@ -1,0 +1,114 @@
+"""Sources whose changes capture cannot follow, and source types it must survive.
+
+A partition or an inheritance child read directly: a write through its parent fires only the
+parent's statement triggers, so capture on the child never sees it. A table whose row-level security
+applies to the dbt role: capture records every row written, the query reads only the rows the role
+may see. Both are refused by name for differential and immediate modes, and AUTO refreshes them FULL
+with that reason, so the stream table stays equal to its query through writes that go around
+capture. A column retyped from a domain to its base type must not fail a write (the change buffer
+still has the domain), and an aggregate over an enum builds in every mode.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from dbt_ivm.errors import UnsupportedQuery
+from dbt_ivm.postgres.runner import run_stream_table
+from tests.oracle import assert_matches_query
+from tests.postgres.streams import connect, execute, make_spec, refresh, refresh_and_check, value
+
+pytestmark = pytest.mark.postgres
+
+TREES = (
+    "CREATE TABLE sales (id int, region text, amount numeric, PRIMARY KEY (id, region)) PARTITION BY LIST (region);"
+    "CREATE TABLE sales_n PARTITION OF sales FOR VALUES IN ('n');"
+    "CREATE TABLE sales_s PARTITION OF sales FOR VALUES IN ('s');"
+    "INSERT INTO sales VALUES (1, 'n', 10), (2, 's', 20);"
+    "CREATE TABLE base (id int PRIMARY KEY, amount numeric); CREATE TABLE kid (extra text) INHERITS (base);"
+    "INSERT INTO kid VALUES (1, 5, 'x')"
+)
+LEAVES = {
+    "north": ("SELECT id, amount FROM sales_n", "partition public.sales_n"),
+    "north_total": ("SELECT SUM(amount) AS total, COUNT(*) AS n FROM sales_n", "partition public.sales_n"),
+    "kids": ("SELECT id, amount FROM kid", "inheritance child public.kid"),
+}
+AROUND_CAPTURE = [
+    "INSERT INTO sales VALUES (3, 'n', 30)",
+    "UPDATE sales SET amount = amount + 1",
+    "UPDATE sales SET region = 'n' WHERE id = 2",
+    "MERGE INTO sales s USING (VALUES (3)) v(id) ON s.id = v.id WHEN MATCHED THEN DELETE",
+    "UPDATE base SET amount = 99",
+    "DELETE FROM base WHERE id = 1",
+]
+
+
+@pytest.mark.parametrize("mode", ["differential", "immediate"])
+def test_a_partition_or_child_read_directly_is_refused(pg_conn: Any, mode: str) -> None:
+    execute(pg_conn, TREES)
+    for name, (sql, construct) in LEAVES.items():
+        with pytest.raises(
+            UnsupportedQuery, match=re.escape(f"{construct} in model {name} is not supported")
+        ) as refused:
+            refresh(pg_conn, name, sql, refresh_mode=mode)
+        assert "read the" in refused.value.fix and "refresh_mode='full'" in refused.value.fix
+
+
+def test_auto_refreshes_a_partition_or_child_full_through_writes_to_its_parent(pg_conn: Any) -> None:
+    execute(pg_conn, TREES)
+    for name, (sql, _) in LEAVES.items():
+        refresh_and_check(pg_conn, name, sql)
+    for step in AROUND_CAPTURE:
+        execute(pg_conn, step)
+        for name, (sql, construct) in LEAVES.items():
+            result = refresh_and_check(pg_conn, name, sql, step)
+            assert result.action == "FULL" and construct in str(result.reason), result.summary()
+
+
+def test_row_level_security_on_a_source_is_refreshed_full(pg_conn: Any, pg_dsn: str) -> None:
+    """The dbt role reads only rows a policy shows it; writers see all. Differential is refused by
+    name; AUTO stays equal to the query as the dbt role reads it, through rows hidden and shown."""
+    database = value(pg_conn, "SELECT current_database()")
+    dbt, owner, writer = f"{database}_dbt", f"{database}_own", f"{database}_wr"
+    for role in (dbt, owner, writer):
+        execute(pg_conn, f'CREATE ROLE "{role}" LOGIN')
+    execute(
+        pg_conn,
+        f'GRANT CREATE ON DATABASE "{database}" TO "{dbt}"; GRANT USAGE, CREATE ON SCHEMA public TO "{dbt}", '
+        f'"{owner}"; GRANT USAGE ON SCHEMA public TO "{writer}"',
+    )
+    connections = [connect(pg_dsn, user=role) for role in (owner, dbt, writer)]
+    as_owner, as_dbt, as_writer = connections
+    try:
+        execute(
+            as_owner,
+            "CREATE TABLE docs (id int PRIMARY KEY, owner_name text, amount numeric, secret bool NOT NULL);"
+            "INSERT INTO docs VALUES (1, 'a', 1, false), (2, 'a', 2, true), (3, 'b', 3, false);"
+            "ALTER TABLE docs ENABLE ROW LEVEL SECURITY;"
+            f'CREATE POLICY dbt_sees ON docs FOR SELECT TO "{dbt}" USING (NOT secret);'
+            f'CREATE POLICY writes ON docs TO "{writer}" USING (true) WITH CHECK (true);'
+            f'GRANT SELECT, TRIGGER ON docs TO "{dbt}"; GRANT SELECT, INSERT, UPDATE, DELETE ON docs TO "{writer}"',
+        )
+        sql = "SELECT owner_name, SUM(amount) AS total, COUNT(*) AS n FROM docs GROUP BY owner_name"
+        with pytest.raises(UnsupportedQuery, match=re.escape("table under row-level security public.docs")):
+            run_stream_table(as_dbt, make_spec("secret_totals", sql, refresh_mode="differential"))
+        run_stream_table(as_dbt, make_spec("totals", sql))
+        for step in [
+            "INSERT INTO docs VALUES (4, 'a', 40, true), (5, 'b', 5, false)",
+            "UPDATE docs SET amount = amount + 100 WHERE id = 2",
+            "UPDATE docs SET secret = true WHERE id = 1",
+            "DELETE FROM docs WHERE id = 4",
+        ]:
+            execute(as_writer, step)
+            result = run_stream_table(as_dbt, make_spec("totals", sql))
+            assert result.action == "FULL" and "row-level security" in str(result.reason), result.summary()
+            assert_matches_query(as_dbt, "public", "totals", sql, step)
+    finally:
+        for connection in connections:
+            connection.close()
+        execute(pg_conn, f'DROP OWNED BY "{dbt}", "{owner}", "{writer}" CASCADE')
+        for role in (dbt, owner, writer):
+            execute(pg_conn, f'DROP ROLE "{role}"')
