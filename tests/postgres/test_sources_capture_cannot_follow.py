@@ -112,3 +112,33 @@ def test_row_level_security_on_a_source_is_refreshed_full(pg_conn: Any, pg_dsn: 
         execute(pg_conn, f'DROP OWNED BY "{dbt}", "{owner}", "{writer}" CASCADE')
         for role in (dbt, owner, writer):
             execute(pg_conn, f'DROP ROLE "{role}"')
+
+
+@pytest.mark.parametrize(
+    ("retype", "write"),
+    [
+        ("ALTER TABLE t ALTER COLUMN x TYPE numeric", "INSERT INTO t VALUES (10, 1, -5, 'a')"),
+        ("ALTER TABLE t ALTER COLUMN label TYPE text", "INSERT INTO t VALUES (11, 1, 5, NULL)"),
+        ("ALTER TABLE t ALTER COLUMN label TYPE text", "UPDATE t SET label = NULL WHERE id = 1"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["differential", "immediate"])
+def test_a_domain_column_retyped_to_its_base_type_fails_no_write(
+    pg_conn: Any, mode: str, retype: str, write: str
+) -> None:
+    execute(
+        pg_conn,
+        "CREATE DOMAIN positive AS numeric CHECK (VALUE > 0); CREATE DOMAIN required AS text NOT NULL;"
+        "CREATE TABLE t (id int PRIMARY KEY, g int, x positive, label required);"
+        "INSERT INTO t VALUES (1, 1, 1, 'a'), (2, 2, 2, 'b')",
+    )
+    streams = {
+        "by_group": "SELECT g, SUM(x) AS total, COUNT(*) AS n FROM t GROUP BY g",
+        "all_rows": "SELECT id, g, x, label FROM t",
+    }
+    for name, sql in streams.items():
+        refresh(pg_conn, name, sql, refresh_mode=mode)
+    execute(pg_conn, retype)
+    execute(pg_conn, write)  # the buffer's domain refuses the value: capture marks a FULL instead
+    for name, sql in streams.items():
+        refresh_and_check(pg_conn, name, sql, f"{retype}; {write}", refresh_mode=mode)

@@ -46,7 +46,7 @@ from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
 # Bump when the buffer's shape or the capture function changes: older installs are reinstalled.
-CAPTURE_VERSION = 2
+CAPTURE_VERSION = 3
 XID = "__ivm_xid"
 # Rows of the unlogged table MARKS, kept apart from the typed buffers so that no row of a buffer is
 # ever a placeholder (its NULLs would be checked against a user's domain).
@@ -91,6 +91,9 @@ SCHEMA_DRIFT = (
     "invalid_text_representation",
     "invalid_datetime_format",
     "datetime_field_overflow",
+    # A source column retyped from a domain to its base type: the buffer's domain refuses the value.
+    "check_violation",
+    "not_null_violation",
 )
 EVENTS = {
     "ins": f"AFTER INSERT ON {{}} REFERENCING NEW TABLE AS {q(NEW_ROWS)}",
