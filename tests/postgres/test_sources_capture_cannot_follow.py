@@ -142,3 +142,16 @@ def test_a_domain_column_retyped_to_its_base_type_fails_no_write(
     execute(pg_conn, write)  # the buffer's domain refuses the value: capture marks a FULL instead
     for name, sql in streams.items():
         refresh_and_check(pg_conn, name, sql, f"{retype}; {write}", refresh_mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["differential", "auto", "immediate"])
+def test_an_aggregate_over_an_enum_builds_in_every_mode(pg_conn: Any, mode: str) -> None:
+    execute(
+        pg_conn,
+        "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');"
+        "CREATE TABLE t (id int PRIMARY KEY, g int, m mood); INSERT INTO t VALUES (1, 1, 'sad'), (2, 1, 'ok')",
+    )
+    sql = "SELECT g, MAX(m) AS top, MIN(m) AS bottom FROM t GROUP BY g"
+    refresh_and_check(pg_conn, "moods", sql, refresh_mode=mode)
+    execute(pg_conn, "INSERT INTO t VALUES (3, 1, 'happy'), (4, 2, 'ok'); DELETE FROM t WHERE id = 1")
+    refresh_and_check(pg_conn, "moods", sql, refresh_mode=mode)

@@ -253,9 +253,9 @@ def _call_types(
 
 
 def context(compiled: Compiled, bindings: Bindings, dialect: str = "postgres") -> Context:
-    """A rendering context with the compiled aggregate result types."""
+    """A rendering context with the compiled aggregate result types (an enum's or a domain's name too)."""
     types = {
-        node: {index: exp.DataType.build(t, dialect=dialect) for index, t in calls.items()}
+        node: {index: exp.DataType.build(t, dialect=dialect, udt=True) for index, t in calls.items()}
         for node, calls in compiled.call_types.items()
     }
     return Context(bindings, call_types=types)
