@@ -676,3 +676,34 @@ def test_disabled_triggers_are_detected_and_rebuilt(pg_conn: Any) -> None:
     result = refresh(pg_conn, "order_details", ORDER_DETAILS, refresh_mode="immediate")
     assert result.action == "REBUILD" and "disabled" in (result.reason or ""), result.summary()
     _check_all(pg_conn, STREAMS, "rebuilt after its trigger was disabled")
+
+
+def test_maintenance_and_call_run_in_dbts_time_zone(pg_conn: Any, pg_dsn: str) -> None:
+    """A timestamptz cast to a date or to text, or truncated to a day, depends on the session's time
+    zone. The stream table holds what the query gives in `dbt run`'s session, whatever zone the writer
+    (IMMEDIATE) or the caller of `CALL refresh` (differential) has set."""
+    execute(
+        pg_conn,
+        "SET TimeZone = 'UTC'; CREATE TABLE ev (id int PRIMARY KEY, ts timestamptz);"
+        "INSERT INTO ev VALUES (1, '2024-01-01 12:00+00')",
+    )
+    queries = {
+        "dates": "SELECT id, ts::date AS d, ts::text AS shown FROM ev",
+        "days": "SELECT date_trunc('day', ts) AS day, COUNT(*) AS n FROM ev GROUP BY date_trunc('day', ts)",
+    }
+    for name, sql in queries.items():
+        _immediate(pg_conn, name, sql)
+        refresh(pg_conn, f"{name}_later", sql, refresh_mode="differential")
+    elsewhere = connect(pg_dsn)
+    try:
+        execute(
+            elsewhere,
+            "SET TimeZone = 'Pacific/Kiritimati'; SET DateStyle = 'SQL, DMY';"
+            "INSERT INTO ev VALUES (2, '2024-01-01 12:00+00'), (3, '2024-01-01 23:30+00')",
+        )
+        for name in queries:
+            execute(elsewhere, f"CALL dbt_ivm.refresh('public.{name}_later')")
+    finally:
+        elsewhere.close()
+    for name, sql in queries.items():
+        _check_all(pg_conn, {name: sql, f"{name}_later": sql}, "written and called from Kiritimati")

@@ -32,7 +32,8 @@ deadlock or a lock timeout never fails the write: the stream table is marked for
 next ``dbt run`` (``needs_full``) and the writer gets a WARNING.
 
 The function is SECURITY DEFINER (the dbt role, which built the stream table and reads its sources;
-a writer needs no rights on either) with its search_path pinned at install.
+a writer needs no rights on either) with its search_path, time zone and date styles pinned at
+install (`pinned_settings`).
 """
 
 from __future__ import annotations
@@ -306,7 +307,7 @@ def function_sql(
     relation: str,
     sources: list[TableInfo],
     statements: Statements,
-    search_path: str,
+    pinned: str,
     always_explicit: bool = False,
     key: tuple[str, ...] = (),
 ) -> str:
@@ -402,8 +403,7 @@ END
 """
     return (
         f"CREATE OR REPLACE FUNCTION {qn(catalog, function_name(stream_table))}() RETURNS trigger "
-        f"LANGUAGE plpgsql SECURITY DEFINER SET search_path = {search_path} "
-        f"SET standard_conforming_strings = on AS {dollar_quoted(body)}"
+        f"LANGUAGE plpgsql SECURITY DEFINER {pinned} AS {dollar_quoted(body)}"
     )
 
 
@@ -448,10 +448,14 @@ def digest(function: str) -> str:
     return hashlib.sha256(f"{IMMEDIATE_VERSION}\n{function}".encode()).hexdigest()
 
 
-def search_path(db: Db) -> str:
-    """The install session's schemas behind pg_catalog (built-ins cannot be shadowed), then pg_temp:
-    the model's unqualified functions and types resolve as they did when `dbt run` compiled it. A
-    schema where every role may create objects is left out (a writer could plant an overload there)."""
+def pinned_settings(db: Db) -> str:
+    """The SET clauses a maintenance or refresh function runs under, as the install session had them.
+
+    The search path: the session's schemas behind pg_catalog (built-ins cannot be shadowed), then
+    pg_temp, so the model's unqualified functions and types resolve as they did when `dbt run`
+    compiled it; a schema where every role may create objects is left out (a writer could plant an
+    overload there). The time zone and date and interval styles: a timestamptz cast to a date or to
+    text gives what `dbt run`'s session gives, whatever session writes or calls."""
     schemas = [
         str(r[0])
         for r in db.rows(
@@ -459,7 +463,16 @@ def search_path(db: Db) -> str:
             "WHERE NOT has_schema_privilege('public', s, 'CREATE') ORDER BY n"
         )
     ]
-    return ", ".join(["pg_catalog", *(q(s) for s in schemas if s != "pg_catalog"), "pg_temp"])
+    path = ", ".join(["pg_catalog", *(q(s) for s in schemas if s != "pg_catalog"), "pg_temp"])
+    row = db.one(
+        "SELECT current_setting('TimeZone'), current_setting('DateStyle'), current_setting('IntervalStyle')"
+    )
+    assert row is not None
+    zone, dates, intervals = (lit(str(v)) for v in row)
+    return (
+        f"SET search_path = {path} SET TimeZone = {zone} SET DateStyle = {dates} SET IntervalStyle = {intervals} "
+        "SET standard_conforming_strings = on"
+    )
 
 
 def _triggers(prefix: str, source: int, target: str, function: str) -> dict[str, str]:

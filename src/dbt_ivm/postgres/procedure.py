@@ -314,7 +314,7 @@ def _apply(catalog: str, program: Program, explicit: immediate.Explicit) -> str:
     END IF;"""
 
 
-def refresh_sql(catalog: str, program: Program, search_path: str) -> str:
+def refresh_sql(catalog: str, program: Program, pinned: str) -> str:
     """``refresh_<tag>()``: the refresh of one stream table in the caller's transaction."""
     key, relation = program.stream_table, program.relation
     settings = immediate.Settings.of(key)
@@ -429,39 +429,35 @@ END
         "OUT __ivm_out_action text, OUT __ivm_out_reason text, OUT __ivm_out_inserted bigint, "
         "OUT __ivm_out_updated bigint, OUT __ivm_out_deleted bigint, OUT __ivm_out_changes bigint"
     )
-    return _function(qn(catalog, function_name(key)), outputs, None, body, search_path)
+    return _function(qn(catalog, function_name(key)), outputs, None, body, pinned)
 
 
-def _function(name: str, arguments: str, returns: str | None, body: str, search_path: str) -> str:
+def _function(name: str, arguments: str, returns: str | None, body: str, pinned: str) -> str:
     """CREATE OR REPLACE FUNCTION (`returns` None: its OUT arguments say what it returns)."""
     returning = "" if returns is None else f" RETURNS {returns}"
     return (
         f"CREATE OR REPLACE FUNCTION {name}({arguments}){returning} LANGUAGE plpgsql "
-        f"SET search_path = {search_path} SET standard_conforming_strings = on AS {dollar_quoted(body)}"
+        f"{pinned} AS {dollar_quoted(body)}"
     )
 
 
-def cleanup_sql(catalog: str, program: Program, search_path: str) -> str:
+def cleanup_sql(catalog: str, program: Program, pinned: str) -> str:
     """``refresh_<tag>_cleanup()``: delete buffer rows every consumer has seen (after the refresh commits)."""
     parts = []
     for source in program.sources:
         marks, rows = capture.cleanup_sql(catalog, source)
         parts.append(f"IF {capture.cleanup_guard_sql(catalog, source)} THEN {marks}; {rows}; END IF;")
     body = "BEGIN\n  " + "\n  ".join(parts) + "\nEND\n"
-    return _function(
-        qn(catalog, function_name(program.stream_table, "_cleanup")), "", "void", body, search_path
-    )
+    return _function(qn(catalog, function_name(program.stream_table, "_cleanup")), "", "void", body, pinned)
 
 
-def stale_function_sql(catalog: str, program: Program, basis: Basis, search_path: str) -> str:
+def stale_function_sql(catalog: str, program: Program, basis: Basis, pinned: str) -> str:
     """``refresh_<tag>_stale()``: why the statements no longer fit (NULL: they fit)."""
     body = f"BEGIN\n  RETURN ({_stale_sql(catalog, program, basis)});\nEND\n"
-    return _function(
-        qn(catalog, function_name(program.stream_table, "_stale")), "", "text", body, search_path
-    )
+    return _function(qn(catalog, function_name(program.stream_table, "_stale")), "", "text", body, pinned)
 
 
-def install(db: Db, catalog: str, program: Program, search_path: str) -> None:
+def install(db: Db, catalog: str, program: Program, pinned: str) -> None:
     """Create (or replace) the stream table's refresh functions, in the caller's transaction (the
     catalog's procedure that calls them is the registry's: `in_database.dispatcher_sql`)."""
     basis = _basis(db, catalog, program)
@@ -470,9 +466,9 @@ def install(db: Db, catalog: str, program: Program, search_path: str) -> None:
         f"DROP FUNCTION IF EXISTS {qn(catalog, function_name(program.stream_table))}(text, text, boolean)"
     )
     for sql in (
-        stale_function_sql(catalog, program, basis, search_path),
-        cleanup_sql(catalog, program, search_path),
-        refresh_sql(catalog, program, search_path),
+        stale_function_sql(catalog, program, basis, pinned),
+        cleanup_sql(catalog, program, pinned),
+        refresh_sql(catalog, program, pinned),
     ):
         db.execute(sql)
     name = qn(catalog, TABLE)

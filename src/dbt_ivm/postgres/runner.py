@@ -411,7 +411,7 @@ class PostgresBackend:
             restrict_to_user_columns(db, relation, layout.user)
             registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
             procedure.install(
-                db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.search_path(db)
+                db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.pinned_settings(db)
             )
             result = RefreshResult(
                 action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
@@ -519,7 +519,7 @@ class PostgresBackend:
             # Built by an earlier dbt-ivm, or planned against what has changed since: CALL refresh
             # refuses until its statements are rendered again, here.
             procedure.install(
-                db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.search_path(db)
+                db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.pinned_settings(db)
             )
         reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
         subscribed = next((g for g in gaps if g.subscribed), None)
@@ -606,7 +606,7 @@ def _immediate_function(db: Db, spec: StreamTableSpec, compiled: Compiled) -> st
         _relation(spec),
         compiled.sources,
         statements,
-        immediate.search_path(db),
+        immediate.pinned_settings(db),
         always_explicit=spec.user_triggers == "on",
         key=compiled.layout.key if compiled.equal_keys else (),
     )
