@@ -103,10 +103,11 @@ class StaticCatalog:
         return dict.fromkeys(calls)  # holds no functions: calls are judged by name
 
 
-def views_digest(tables: Iterable[TableInfo]) -> str:
-    """A hash of the views among `tables`, names and bodies ("" when there are none). A view
-    redefined over the same tables changes what a query means without changing its text."""
+def views_digest(tables: Iterable[TableInfo], functions: Iterable[str] = ()) -> str:
+    """A hash of the views among `tables`, names and bodies, and of the user `functions` the query
+    calls, as their definitions ("" when there are none). A view or function redefined changes what
+    a query means without changing its text."""
     bodies = sorted(
         f"{t.qualified}\n{' '.join((t.view_sql or '').split())}" for t in tables if t.kind == "view"
-    )
+    ) + sorted(set(functions))
     return hashlib.sha256("\n\n".join(bodies).encode()).hexdigest() if bodies else ""

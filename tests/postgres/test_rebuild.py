@@ -332,9 +332,32 @@ def test_a_redefined_view_rebuilds_the_stream_table(pg_conn: Any) -> None:
     execute(pg_conn, "INSERT INTO bills VALUES (4,'b',8)")
     result = refresh_and_check(pg_conn, "big_totals", sql, "view redefined", full_refresh_threshold=100.0)
     assert result.action == "REBUILD", result.summary()
-    assert result.reason == "a view the defining query reads was redefined"
+    assert result.reason == "a view or function the defining query reads was redefined"
     execute(pg_conn, "INSERT INTO bills VALUES (5,'c',9)")
     later = refresh_and_check(pg_conn, "big_totals", sql, "later", full_refresh_threshold=100.0)
+    assert later.action == "DIFFERENTIAL", later.summary()
+
+
+def test_a_redefined_function_rebuilds_the_stream_table(pg_conn: Any) -> None:
+    """Same model SQL, another body of a function it calls: rows computed by the old body are
+    recomputed (the next dbt run rebuilds), and a refresh after it is differential again."""
+    execute(
+        pg_conn,
+        "CREATE TABLE bills (id int PRIMARY KEY, amount numeric); INSERT INTO bills VALUES (1, 10), (2, 20);"
+        "CREATE FUNCTION taxed(x numeric) RETURNS numeric IMMUTABLE LANGUAGE sql AS 'SELECT x * 1.1'",
+    )
+    sql = "SELECT id, taxed(amount) AS due FROM bills"
+    refresh_and_check(pg_conn, "dues", sql, "create")
+    execute(
+        pg_conn,
+        "CREATE OR REPLACE FUNCTION taxed(x numeric) RETURNS numeric IMMUTABLE LANGUAGE sql AS 'SELECT x * 2'",
+    )
+    execute(pg_conn, "INSERT INTO bills VALUES (3, 30)")
+    result = refresh_and_check(pg_conn, "dues", sql, "function redefined")
+    assert result.action == "REBUILD", result.summary()
+    assert result.reason == "a view or function the defining query reads was redefined"
+    execute(pg_conn, "INSERT INTO bills VALUES (4, 40)")
+    later = refresh_and_check(pg_conn, "dues", sql, "later", refresh_mode="differential")
     assert later.action == "DIFFERENTIAL", later.summary()
 
 

@@ -33,6 +33,7 @@ class PostgresCatalog:
     def __init__(self, db: Db) -> None:
         self.db = db
         self.seen: list[TableInfo] = []  # every relation looked up (the views among them, for a digest)
+        self.function_bodies: list[str] = []  # the user functions a call may reach (for the digest too)
 
     def lookup(self, schema: str | None, name: str) -> TableInfo | None:
         target = qn(schema, name) if schema else qn(name)
@@ -74,7 +75,11 @@ class PostgresCatalog:
         if not calls:
             return {}
         rows = self.db.rows(
-            "SELECT k.position, max(p.provolatile::text) "
+            "SELECT k.position, max(p.provolatile::text), "
+            # What a user's function does, as CREATE FUNCTION gives it (an aggregate: its signature).
+            "string_agg(p.oid::regprocedure::text || ' ' || CASE WHEN p.prokind = 'a' THEN '' "
+            "ELSE pg_get_functiondef(p.oid) END, E'\\n' ORDER BY p.oid) "
+            "FILTER (WHERE p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)) "
             "FROM unnest(%s::name[], %s::name[], %s::int[]) WITH ORDINALITY AS k(schema, name, nargs, position) "
             "LEFT JOIN pg_proc p ON p.proname = k.name AND p.prokind <> 'p' "
             "AND k.nargs >= p.pronargs - p.pronargdefaults AND (k.nargs <= p.pronargs OR p.provariadic <> 0) "
@@ -83,6 +88,7 @@ class PostgresCatalog:
             "GROUP BY k.position ORDER BY k.position",
             ([c[0] for c in calls], [c[1] for c in calls], [c[2] for c in calls]),
         )
+        self.function_bodies.extend(str(row[2]) for row in rows if row[2] is not None)
         return {call: None if row[1] is None else str(row[1]) for call, row in zip(calls, rows, strict=True)}
 
 

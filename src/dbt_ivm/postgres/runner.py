@@ -136,10 +136,20 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
     except UnsupportedQuery as unsupported:
         if spec.refresh_mode in ("differential", "immediate"):
             raise
-        compiled = Compiled(None, None, [], unsupported, {}, output_types, views_digest(catalog.seen))
+        compiled = Compiled(
+            None, None, [], unsupported, {}, output_types, views_digest(catalog.seen, catalog.function_bodies)
+        )
         compiled.shape = json.dumps({"kind": "plain", "columns": output_types, "repeats": REPEATS})
     else:
-        compiled = Compiled(plan, layout, sources, None, call_types, output_types, views_digest(catalog.seen))
+        compiled = Compiled(
+            plan,
+            layout,
+            sources,
+            None,
+            call_types,
+            output_types,
+            views_digest(catalog.seen, catalog.function_bodies),
+        )
         _add_shape(db, compiled, dict(described[0]))
     compiled.views = [qn(t.schema, t.name) for t in catalog.seen if t.kind == "view"]
     return compiled
@@ -707,7 +717,7 @@ def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[s
 def _rebuild_reason(compiled: Compiled, registered: registry.Registered) -> str | None:
     """Why the stored table no longer fits the query, though its text is the same (None: it fits)."""
     if compiled.views_digest != registered.views_digest:
-        return "a view the defining query reads was redefined"
+        return "a view or function the defining query reads was redefined"
     return shape_change(registered.shape, compiled.shape)
 
 
