@@ -90,6 +90,7 @@ def build_plan(
     """Plan the defining query `sql` of `model`. `output_names` (from the database) override aliases."""
     tree = _parse(sql, model, dialect)
     tables = _resolve_tables(tree, catalog, model, dialect)
+    _refuse_unmaintained_clauses(tree, model)
     tree = inline_ctes(tree)
     # sqlglot wants {schema: {table: {column: type}}}
     by_schema: dict[str, dict[str, dict[str, str]]] = {}
@@ -283,6 +284,26 @@ def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
                     raise UnsupportedQuery(
                         model, f"`{construct}` in `{excerpt(node)}`", "keep LIMIT on the outermost SELECT"
                     )
+
+
+def _refuse_unmaintained_clauses(tree: exp.Expr, model: str) -> None:
+    """Clauses of a table reference or a SELECT that no rule reads: planned without them, the stream
+    table would silently hold another query's rows. Refused before qualify, which may drop them."""
+    for node in tree.walk():
+        if isinstance(node, exp.Version):
+            construct, fix = "time travel", "a snapshot never changes: build it as a table model"
+        elif isinstance(node, exp.TableSample):
+            construct, fix = "TABLESAMPLE", "sample in a model downstream of the stream table"
+        elif isinstance(node, exp.Pivot):
+            construct = "UNPIVOT" if node.args.get("unpivot") else "PIVOT"
+            fix = "aggregate with FILTER or CASE per value (SUM(v) FILTER (WHERE g = 'a'))"
+            if construct == "UNPIVOT":
+                fix = "UNION ALL one SELECT per column"
+        elif isinstance(node, exp.Lateral) and node.args.get("view"):
+            construct, fix = "LATERAL VIEW", "use refresh_mode='full'"
+        else:
+            continue
+        raise UnsupportedQuery(model, f"{construct} `{excerpt(node.parent or node)}`", fix)
 
 
 def _whole_row(node: exp.Expr) -> bool:
