@@ -4,7 +4,8 @@ twice as ``__ivm_k*``, no key at all for a table joined on its whole key, a join
 aggregate keyed by its group keys instead of stored as a multiset, aggregate state kept in the
 columns (or one hidden column) that hold the same quantity, and a window keyed by its input's key.
 It also shows what the touched groups and set-operation values cost to find over a key that may be
-NULL (`latest_order`, `named_totals`, `ordering_customers`). The engine at a baseline commit and the
+NULL (`latest_order`, `named_totals`, `ordering_customers`), and rows that repeat stored as copies
+(`paid_twice`, `customer_ranks`). The engine at a baseline commit and the
 engine of this tree run side by side on one PostgreSQL server, each in its own database cloned from
 one loaded template, each in a Python process of its own; every batch of changes is the same for
 both, and the two alternate.
@@ -53,6 +54,10 @@ STREAMS = {
         "ORDER BY id DESC) AS rn FROM orders o) latest WHERE rn = 1"
     ),
     "ordering_customers": "SELECT customer_id FROM orders INTERSECT SELECT id FROM customers",
+    # Rows that repeat, stored as copies (before: with an ordinal __ivm_dup).
+    "paid_twice": "SELECT customer_id, amount FROM orders UNION ALL "
+    "SELECT customer_id, amount FROM orders WHERE amount > 250",
+    "customer_ranks": "SELECT customer_id, RANK() OVER (PARTITION BY customer_id ORDER BY amount) AS r FROM orders",
 }
 CUSTOMERS = 10_000
 
