@@ -305,6 +305,20 @@ class SparkBackend:
             self.record(fields)
 
 
+# Layouts whose rows may repeat (a query planned FULL only holds its rows as they come).
+REPEATING = ("multiset", "plain")
+
+
+def _repeats_changed(registered: registry.Registration, compiled: Compiled) -> str | None:
+    """Why the table is stored anew when its rows went from identified by a key to repeating or back
+    (a source's declared key dropped or added): the same columns, another way of finding rows."""
+    kind = compiled.layout.kind if compiled.layout is not None else "plain"
+    if (registered.layout_kind in REPEATING) == (kind in REPEATING):
+        return None
+    now = "repeat (no key identifies them any more)" if kind in REPEATING else "are now identified by a key"
+    return f"the stream table's rows {now}: it is stored anew"
+
+
 def _columns_mismatch(spark: Any, spec: StreamTableSpec, compiled: Compiled) -> str | None:
     """Why the stored table's columns cannot hold this query's rows (a column renamed or added by
     hand, a source column added under `select *`, bookkeeping columns of an earlier dbt-ivm)."""
@@ -472,7 +486,7 @@ def _refresh(
     if stamp is not None and stamp.views != compiled.views_digest:
         why = "a view the defining query reads was redefined"
         return _build(backend, sql, "REBUILD", why, started)
-    why_not = _columns_mismatch(spark, spec, compiled)
+    why_not = _repeats_changed(registered, compiled) or _columns_mismatch(spark, spec, compiled)
     if why_not is not None:
         return _build(backend, sql, "REBUILD", why_not, started)
     dropped = run_settings.dropped_properties(spec, registered.run_settings)
