@@ -194,9 +194,11 @@ def create_change_view(
 
 
 def _read_of(columns: list[tuple[str, str]], read: Sequence[str] | None) -> list[tuple[str, str]]:
-    """The (name, type) pairs of the columns read; a column nobody reads may come, go or change."""
+    """The (name, type) pairs of the columns read, by name; a column nobody reads may come, go or
+    change, any may move (the view carries columns by name; which field a name means, the stamp
+    tells: `field_ids`)."""
     kept = set(_only(tuple(name for name, _ in columns), read))
-    return [(name, kind) for name, kind in columns if name in kept]
+    return sorted((name, kind) for name, kind in columns if name in kept)
 
 
 def _carried(names: tuple[str, ...], read: Sequence[str] | None) -> Carried:

@@ -1,12 +1,14 @@
 """A stream table's frontier travels inside its own Iceberg commits.
 
 Every commit dbt-ivm makes to a stream table (the CREATE TABLE … AS, each MERGE, an empty append
-when a batch changes no row) carries two snapshot-summary properties:
+when a batch changes no row) carries these snapshot-summary properties:
 
 * ``dbt-ivm.frontier`` — JSON map source → snapshot id: the source states the table now reflects;
 * ``dbt-ivm.fingerprint`` — which defining query produced it;
 * ``dbt-ivm.views`` — a hash of the bodies of the views that query reads (empty: none), so a view
-  redefined under the same name is noticed.
+  redefined under the same name is noticed;
+* ``dbt-ivm.columns`` — the Iceberg field id of each source column the query reads, so a column
+  dropped and added again, or renamed, without a write since is noticed (``field_ids``).
 
 So the data and its frontier move in one atomic commit: a refresh killed before the commit left
 the old snapshot (and frontier) current, one killed after it left the new one. Nothing to recover,
@@ -33,6 +35,7 @@ from dbt_ivm.spark.iceberg import REPLACE, TableName, load_table
 FRONTIER_PROPERTY = "dbt-ivm.frontier"
 FINGERPRINT_PROPERTY = "dbt-ivm.fingerprint"
 VIEWS_PROPERTY = "dbt-ivm.views"
+COLUMNS_PROPERTY = "dbt-ivm.columns"
 
 
 @dataclass(frozen=True)
@@ -42,12 +45,14 @@ class Stamp:
     frontier: dict[str, int]
     fingerprint: str
     views: str = ""
+    columns: str = ""  # empty: stamped before dbt-ivm recorded field ids
 
     def properties(self) -> dict[str, str]:
         return {
             FRONTIER_PROPERTY: json.dumps(self.frontier, sort_keys=True),
             FINGERPRINT_PROPERTY: self.fingerprint,
             VIEWS_PROPERTY: self.views,
+            COLUMNS_PROPERTY: self.columns,
         }
 
 
@@ -83,11 +88,12 @@ def _stamp_of(summary: Any) -> Stamp | None:
     frontier, fingerprint = summary.get(FRONTIER_PROPERTY), summary.get(FINGERPRINT_PROPERTY)
     if frontier is None or fingerprint is None:
         return None
-    views = summary.get(VIEWS_PROPERTY)
+    views, columns = summary.get(VIEWS_PROPERTY), summary.get(COLUMNS_PROPERTY)
     return Stamp(
         {str(k): int(v) for k, v in json.loads(str(frontier)).items()},
         str(fingerprint),
         "" if views is None else str(views),
+        "" if columns is None else str(columns),
     )
 
 

@@ -54,11 +54,12 @@ from dbt_ivm.layout import HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
 from dbt_ivm.plan.reads import columns_read
-from dbt_ivm.reserved import is_reserved, renamed_select, source_relation, table_of
+from dbt_ivm.reserved import internal_column, is_reserved, renamed_select, source_relation, table_of
 from dbt_ivm.spark import apply as spark_apply
 from dbt_ivm.spark import (
     auto_cost,
     failures,
+    field_ids,
     key_check,
     registry,
     session_conf,
@@ -69,7 +70,8 @@ from dbt_ivm.spark import (
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable, incomparable
 from dbt_ivm.spark.commit import Stamp, commit_with, current_stamp, stamp_without_data
-from dbt_ivm.spark.iceberg import current_snapshot_id, quoted_name
+from dbt_ivm.spark.iceberg import quoted_name
+from dbt_ivm.spark.source_versions import SourceVersions
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 
 KILL_POINTS = ("before_changes", "before_merge", "during_merge", "after_merge", "after_history")
@@ -338,38 +340,56 @@ def _columns_mismatch(spark: Any, spec: StreamTableSpec, compiled: Compiled) -> 
     return f"the stream table's columns {stored} no longer match its query's {expected}"
 
 
-def _snapshots(spark: Any, sources: list[SparkTable]) -> dict[str, int]:
-    """Each Iceberg source's current snapshot id: the end of this batch."""
-    ends: dict[str, int] = {}
-    for source in sources:
-        if source.is_iceberg:
-            snapshot_id = current_snapshot_id(spark, (source.info.schema, source.info.name))
-            ends[source.info.qualified] = NO_SNAPSHOT if snapshot_id is None else snapshot_id
-    return ends
-
-
 def _as_of(
-    views: TempViews, purpose: str, source: SparkTable, snapshot: int, reads: dict[str, tuple[str, ...]]
+    views: TempViews,
+    purpose: str,
+    source: SparkTable,
+    snapshot: int,
+    reads: dict[str, tuple[str, ...]],
+    versions: SourceVersions,
 ) -> exp.Expr:
     """A view of `source` as of `snapshot`: the columns the plan reads, under the engine's internal
-    names (reserved.py)."""
+    names (reserved.py), each the field its name means now (`field_ids`)."""
     table = table_of(source.info)
     table.set("version", exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(snapshot)))
-    selected = exp.select(*renamed_select(source.info, reads.get(source.info.qualified))).from_(table)
-    return views.view(purpose, selected.sql("spark"))
+    name = source.info.qualified
+    selected = _select_at(source, reads.get(name), versions.names_at(name, snapshot))
+    return views.view(purpose, exp.select(*selected).from_(table).sql("spark"))
+
+
+def _select_at(
+    source: SparkTable, read: tuple[str, ...] | None, names_then: dict[str, str | None]
+) -> list[exp.Expr]:
+    """The select list of a snapshot's columns under their current (internal) names: the column a
+    field was called then, or NULL where the snapshot lacks the field."""
+    selected = renamed_select(source.info, read)
+    if not names_then:
+        return selected
+    types = {c.name: c.type for c in source.info.columns}
+    for position, name in enumerate(n for n in source.info.column_names() if read is None or n in read):
+        if name not in names_then:
+            continue
+        then = names_then[name]
+        value = (
+            exp.cast(exp.null(), exp.DataType.build(types[name], dialect="spark"))
+            if then is None
+            else exp.column(then, quoted=True)
+        )
+        selected[position] = exp.alias_(value, internal_column(source.info, name), quoted=True)
+    return selected
 
 
 def _current_bindings(
-    views: TempViews, sources: list[SparkTable], ends: dict[str, int], reads: dict[str, tuple[str, ...]]
+    views: TempViews, sources: list[SparkTable], versions: SourceVersions, reads: dict[str, tuple[str, ...]]
 ) -> dict[str, exp.Expr]:
     """Every source as of the batch's end snapshot (non-Iceberg sources: as they are now)."""
     current: dict[str, exp.Expr] = {}
     for index, source in enumerate(sources):
-        end = ends.get(source.info.qualified, NO_SNAPSHOT)
+        end = versions.ends.get(source.info.qualified, NO_SNAPSHOT)
         if end == NO_SNAPSHOT:
             current[source.info.qualified] = source_relation(source.info)
         else:
-            current[source.info.qualified] = _as_of(views, f"cur{index}", source, end, reads)
+            current[source.info.qualified] = _as_of(views, f"cur{index}", source, end, reads, versions)
     return current
 
 
@@ -379,6 +399,7 @@ def _before_bindings(
     frontier: dict[str, int],
     current: dict[str, exp.Expr],
     reads: dict[str, tuple[str, ...]],
+    versions: SourceVersions,
 ) -> dict[str, exp.Expr]:
     """Each changed source as of the frontier: the state its changes were read from."""
     before: dict[str, exp.Expr] = {}
@@ -389,7 +410,7 @@ def _before_bindings(
             empty = exp.select(exp.Star()).from_(current[name].copy()).where(exp.false())
             before[name] = exp.Subquery(this=empty)
         else:
-            before[name] = _as_of(views, f"before{index}", source, start, reads)
+            before[name] = _as_of(views, f"before{index}", source, start, reads, versions)
     return before
 
 
@@ -424,11 +445,12 @@ def _counting_pinner(views: TempViews) -> Callable[[exp.Query, str], tuple[exp.E
 
 
 def _contents(
-    views: TempViews, compiled: Compiled, sql: str, ends: dict[str, int]
+    views: TempViews, compiled: Compiled, sql: str, versions: SourceVersions
 ) -> tuple[Layout, exp.Expr]:
-    """The table's layout and its contents from scratch, as of `ends` (a query, or a relation)."""
+    """The table's layout and its contents from scratch, as of the batch's ends (a query, or a
+    relation)."""
     if compiled.plan is not None and compiled.layout is not None:
-        current = _current_bindings(views, compiled.sources, ends, compiled.reads)
+        current = _current_bindings(views, compiled.sources, versions, compiled.reads)
         bindings = Bindings(current=current, dialect="spark")
         return compiled.layout, stream.contents(compiled.plan, compiled.layout, _context(compiled, bindings))
     # Not maintainable: the user's Spark SQL as a view, which sqlglot never parses.
@@ -438,8 +460,9 @@ def _contents(
 def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, started: float) -> RefreshResult:
     spark, spec, views, registered = backend.spark, backend.spec, backend.views, backend._registration
     compiled = compile_query(spark, spec, sql)
-    ends = _snapshots(spark, compiled.sources)
-    layout, contents = _contents(views, compiled, sql, ends)
+    versions = SourceVersions(spark, compiled.sources, compiled.reads)
+    ends = versions.ends
+    layout, contents = _contents(views, compiled, sql, versions)
     registration = registry.Registration(
         stream_table=_key(spec),
         schema_name=spec.schema,
@@ -460,11 +483,11 @@ def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, sta
     registry.save(spark, spec.catalog_schema, registration)
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {bt(spec.schema)}")
     spark.sql(f"DROP TABLE IF EXISTS {_table(spec).sql('spark')}")
-    stamp = Stamp(ends, registration.fingerprint, compiled.views_digest)
+    stamp = Stamp(ends, registration.fingerprint, compiled.views_digest, field_ids.dumps(versions.fields))
     rows = spark_apply.create_table(spark, _parts(spec), layout, contents, stamp, spec.table_properties)
     result = RefreshResult(action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=rows)
     if layout.kind == "keyed" and key_check.stored_key_repeats(spark, _table(spec), layout.key):
-        result.warnings.append(_refuse_repeated_key(backend, compiled, ends, drop=True))
+        result.warnings.append(_refuse_repeated_key(backend, compiled, versions, drop=True))
     result.reason = reason
     if compiled.unsupported is not None:
         result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
@@ -492,9 +515,12 @@ def _refresh(
     dropped = run_settings.dropped_properties(spec, registered.run_settings)
     if spec.table_properties or dropped:
         spark_apply.sync_properties(spark, _parts(spec), spec.table_properties, dropped)
-    ends = _snapshots(spark, compiled.sources)
+    versions = SourceVersions(spark, compiled.sources, compiled.reads)
+    ends = versions.ends
     frontier = None if stamp is None else stamp.frontier
     reason = _full_reason(spec, compiled, frontier, ends)
+    if reason is None and stamp is not None and compiled.plan is not None:
+        reason = versions.moved_since(stamp.columns, stamp.frontier)
     changed = [
         s
         for s in compiled.sources
@@ -511,7 +537,7 @@ def _refresh(
     batch: source_changes.Batch | None = None
     if reason is None:
         assert compiled.plan is not None and compiled.layout is not None and frontier is not None
-        current = _current_bindings(views, compiled.sources, ends, compiled.reads)
+        current = _current_bindings(views, compiled.sources, versions, compiled.reads)
         bindings = Bindings(current=current, dialect="spark")
         batch = source_changes.bind(spark, views, spec, frontier, ends, changed, bindings, compiled.reads)
         reason, changes = batch.full_reason, batch.changes_read
@@ -531,7 +557,8 @@ def _refresh(
                 differential_reason = "; ".join(r for r in (differential_reason, choice.reason) if r) or None
         if reason is None:
             bindings = dataclasses.replace(
-                bindings, before=_before_bindings(views, changed, frontier, bindings.current, compiled.reads)
+                bindings,
+                before=_before_bindings(views, changed, frontier, bindings.current, compiled.reads, versions),
             )
             context = _context(compiled, bindings, views)
             # A stored aggregate applies its change per group; any other plan, its row delta.
@@ -544,16 +571,16 @@ def _refresh(
         layout = compiled.layout
     else:
         result = RefreshResult(action="FULL", reason=reason)
-        layout, contents = _contents(views, compiled, sql, ends)
+        layout, contents = _contents(views, compiled, sql, versions)
         delta = full_delta(_table(spec), layout, contents)
-    new_stamp = Stamp(ends, registered.fingerprint, compiled.views_digest)
+    new_stamp = Stamp(ends, registered.fingerprint, compiled.views_digest, field_ids.dumps(versions.fields))
     if delta is None:  # no changed source reaches the result
         stamp_without_data(spark, _parts(spec), new_stamp)
     else:
         narrow = result.action == "DIFFERENTIAL"
         prepared = spark_apply.prepare(views, _table(spec), layout, delta, narrow)
         if prepared.violations:
-            why = _refuse_repeated_key(backend, compiled, ends, drop=False)
+            why = _refuse_repeated_key(backend, compiled, versions, drop=False)
             return _build(backend, sql, "REBUILD", why, started)
         result.rows_inserted, result.rows_updated, result.rows_deleted = (
             prepared.inserted,
@@ -566,11 +593,13 @@ def _refresh(
     return result
 
 
-def _refuse_repeated_key(backend: SparkBackend, compiled: Compiled, ends: dict[str, int], drop: bool) -> str:
+def _refuse_repeated_key(
+    backend: SparkBackend, compiled: Compiled, versions: SourceVersions, drop: bool
+) -> str:
     """Raise KeyNotUnique naming the source whose declared key repeats (dropping the table just
     built, when `drop`, so the next run builds it again); if no source repeats one, the stream
     table's own rows are at fault: return why, for a rebuild or a warning."""
-    current = _current_bindings(backend.views, compiled.sources, ends, compiled.reads)
+    current = _current_bindings(backend.views, compiled.sources, versions, compiled.reads)
     found = key_check.repeated_key(backend.spark, compiled.sources, current)
     if found is not None:
         if drop:
