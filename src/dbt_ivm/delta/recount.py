@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dbt_ivm.delta import grouping
+from dbt_ivm.delta import grouping, non_finite
 from dbt_ivm.delta.aggregates.count import COUNT as COUNT_NON_NULL
 from dbt_ivm.delta.aggregates.sum import SUM
 from dbt_ivm.delta.terms import Context, aliased
@@ -85,7 +85,8 @@ def _has_rows(plan: Aggregate, layout: Layout, stored: str, change: str) -> exp.
             proofs.append(
                 exp.GT(this=after, expression=zero)
                 if call.func == COUNT_NON_NULL.name
-                else exp.NEQ(this=after, expression=zero)
+                # NaN or ±Infinity after a removal proves nothing (NaN − NaN is NaN): `non_finite`
+                else exp.and_(exp.NEQ(this=after, expression=zero), non_finite.finite(after.copy()))
             )
     return exp.or_(*proofs)
 

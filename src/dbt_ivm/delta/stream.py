@@ -19,11 +19,11 @@ a batch touches are read back from the stream table (−1) and recomputed from t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from dbt_ivm.delta import extremes, grouping, plans, recount, relation, topk, window
+from dbt_ivm.delta import extremes, grouping, non_finite, plans, recount, relation, topk, window
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
@@ -179,6 +179,8 @@ class GroupChange:
     layout: Layout
     delta: exp.Query
     types: dict[int, exp.DataType]
+    # By sum state: the sum read again from the group's rows where the batch's is not finite.
+    again: dict[str, exp.Expr] = field(default_factory=dict)
 
     def merged(self, stored: str, change: str) -> dict[str, exp.Expr]:
         plan = self.plan
@@ -199,6 +201,9 @@ class GroupChange:
                 new[-1] = recount.count_after(old[0].copy(), change, names[-1])
                 old[-1] = exp.Literal.number(0)
             values.update(zip(names, REGISTRY[call.func].merge(old, new), strict=True))
+            if names and names[0] in self.again:
+                again = non_finite.for_change(self.again[names[0]], change)
+                values[names[0]] = non_finite.summed_again(new[0].copy(), values[names[0]], again)
         return values
 
     def outputs(self, row: str) -> dict[str, exp.Expr]:
@@ -247,7 +252,8 @@ def group_change(
     if plan.group_by:
         delta = delta.group_by(*grouping.group_columns(plan, changes_alias))
     counted = recount.with_recounts(plan, layout, delta, ctx, stream_table, target)
-    return GroupChange(plan, layout, counted, ctx.call_types.get(id(plan), {}))
+    types = ctx.call_types.get(id(plan), {})
+    return GroupChange(plan, layout, counted, types, non_finite.sums_again(plan, ctx))
 
 
 def _stored_aggregate_delta(
