@@ -336,3 +336,32 @@ def test_auto_batches_stay_the_engines(shop: Any) -> None:
         assert done.action == "DIFFERENTIAL" and done.reason is not None, done.summary()
         assert_matches_query(shop, "public", "auto_totals", TOTALS, done.summary())
     assert refresh(shop, "auto_totals", TOTALS).action == "SKIP"
+
+
+def test_call_refuses_after_a_called_function_is_redefined(shop: Any) -> None:
+    """A user function the query calls, replaced or dropped and created again, changes what the
+    query means: the call refuses by name, and the next dbt-ivm refresh rebuilds the table."""
+    execute(
+        shop, "CREATE FUNCTION doubled(x numeric) RETURNS numeric LANGUAGE sql IMMUTABLE AS 'SELECT x * 2'"
+    )
+    sql = "SELECT customer, SUM(doubled(amount)) AS total FROM orders GROUP BY customer"
+    refresh(shop, "doubled_totals", sql, refresh_mode="differential")
+    execute(shop, "INSERT INTO orders VALUES (40, 'c1', 5)")
+    assert call(shop, "public.doubled_totals")["action"] == "DIFFERENTIAL"
+    for redefinition in (
+        "CREATE OR REPLACE FUNCTION doubled(x numeric) RETURNS numeric LANGUAGE sql IMMUTABLE AS 'SELECT x * 3'",
+        "DROP FUNCTION doubled(numeric); "
+        "CREATE FUNCTION doubled(x numeric) RETURNS numeric LANGUAGE sql IMMUTABLE AS 'SELECT x * 4'",
+    ):
+        execute(shop, redefinition)
+        with pytest.raises(
+            psycopg2.Error, match="a function the defining query calls was redefined"
+        ) as raised:
+            call(shop, "public.doubled_totals")
+        assert "public.doubled_totals" in str(raised.value)
+        result = refresh(shop, "doubled_totals", sql, refresh_mode="differential")
+        assert result.action == "REBUILD", result.summary()
+        assert_matches_query(shop, "public", "doubled_totals", sql, redefinition)
+        execute(shop, "UPDATE orders SET amount = amount + 1 WHERE id = 40")
+        assert call(shop, "public.doubled_totals")["action"] == "DIFFERENTIAL"
+        assert_matches_query(shop, "public", "doubled_totals", sql, f"a call after: {redefinition}")

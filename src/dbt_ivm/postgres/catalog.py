@@ -29,11 +29,22 @@ def _kind(relkind: str, inherits: bool, partition: bool, row_security: bool) -> 
     return KINDS.get(relkind, "other")
 
 
+USER_FUNCTION = "p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)"
+# The definitions of functions by oid, hashed: one that is replaced, or dropped, changes it.
+FUNCTION_DEFINITIONS_SQL = (
+    "(SELECT pg_catalog.md5(COALESCE(pg_catalog.string_agg(p.oid::pg_catalog.regprocedure::text "
+    "OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) CASE WHEN p.prokind = 'a' THEN '' "
+    "ELSE pg_catalog.pg_get_functiondef(p.oid) END, E'\\n' ORDER BY p.oid), '')) "
+    "FROM pg_catalog.pg_proc AS p WHERE p.oid = ANY ({oids}::pg_catalog.oid[]))"
+)
+
+
 class PostgresCatalog:
     def __init__(self, db: Db) -> None:
         self.db = db
         self.seen: list[TableInfo] = []  # every relation looked up (the views among them, for a digest)
         self.function_bodies: list[str] = []  # the user functions a call may reach (for the digest too)
+        self.function_oids: list[int] = []  # those functions (`FUNCTION_DEFINITIONS_SQL`)
 
     def lookup(self, schema: str | None, name: str) -> TableInfo | None:
         target = qn(schema, name) if schema else qn(name)
@@ -78,8 +89,8 @@ class PostgresCatalog:
             "SELECT k.position, max(p.provolatile::text), "
             # What a user's function does, as CREATE FUNCTION gives it (an aggregate: its signature).
             "string_agg(p.oid::regprocedure::text || ' ' || CASE WHEN p.prokind = 'a' THEN '' "
-            "ELSE pg_get_functiondef(p.oid) END, E'\\n' ORDER BY p.oid) "
-            "FILTER (WHERE p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)) "
+            f"ELSE pg_get_functiondef(p.oid) END, E'\\n' ORDER BY p.oid) FILTER (WHERE {USER_FUNCTION}), "
+            f"COALESCE(array_agg(p.oid::bigint) FILTER (WHERE {USER_FUNCTION}), '{{}}') "
             "FROM unnest(%s::name[], %s::name[], %s::int[]) WITH ORDINALITY AS k(schema, name, nargs, position) "
             "LEFT JOIN pg_proc p ON p.proname = k.name AND p.prokind <> 'p' "
             "AND k.nargs >= p.pronargs - p.pronargdefaults AND (k.nargs <= p.pronargs OR p.provariadic <> 0) "
@@ -89,6 +100,7 @@ class PostgresCatalog:
             ([c[0] for c in calls], [c[1] for c in calls], [c[2] for c in calls]),
         )
         self.function_bodies.extend(str(row[2]) for row in rows if row[2] is not None)
+        self.function_oids.extend(sorted({int(oid) for row in rows for oid in row[3]}))
         return {call: None if row[1] is None else str(row[1]) for call, row in zip(calls, rows, strict=True)}
 
 

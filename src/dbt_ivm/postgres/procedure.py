@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.postgres import capture, immediate, statistics, user_triggers
+from dbt_ivm.postgres.catalog import FUNCTION_DEFINITIONS_SQL
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import Statements, pending_insert
 from dbt_ivm.postgres.in_database import ARGUMENTS, LOCK_PREFIX, TABLE, VERSION, function_name, tag_of
@@ -62,12 +63,13 @@ SOURCE_KEYS_SQL = (
 class Basis(NamedTuple):
     """What the statements were planned against, read at install (compared by `_stale_sql` at every
     CALL): the stream table's columns; each source's captured columns, and its keys; each view's
-    definition."""
+    definition; the user functions' definitions, hashed."""
 
     columns: str
     captured: list[str]
     keys: list[str]
     views: list[str]
+    functions: str
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Program:
     # maintainable, every refresh is FULL.
     sources: list[TableInfo]
     views: list[str]  # the views the query reads, quoted
+    functions: list[int]  # the user functions the query calls (oids)
     statements: Statements | None  # None: not maintainable
     full: str  # recompute from scratch, applied as a diff
     static_full_reason: str | None  # why every refresh is FULL (the query cannot be maintained)
@@ -144,12 +147,17 @@ def _basis(db: Db, catalog: str, program: Program) -> Basis:
         for s in program.sources
     ]
     views = [str(db.value("SELECT " + VIEW_SQL.format(view=lit(v)))) for v in program.views]
-    return Basis(str(columns), captured, keys, views)
+    functions = str(db.value("SELECT " + _function_definitions(program))) if program.functions else ""
+    return Basis(str(columns), captured, keys, views, functions)
+
+
+def _function_definitions(program: Program) -> str:
+    return FUNCTION_DEFINITIONS_SQL.format(oids=lit("{" + ",".join(map(str, program.functions)) + "}"))
 
 
 def _stale_sql(catalog: str, program: Program, basis: Basis) -> str:
     """The body of ``refresh_<tag>_stale()``: why the statements no longer fit (NULL: they fit)."""
-    columns, captured, keys, views = basis
+    columns, captured, keys, views, functions = basis
     registered = (
         f"(SELECT s.fingerprint FROM {qn(catalog, 'stream_tables')} AS s "
         f"WHERE s.stream_table = {lit(program.stream_table)})"
@@ -192,6 +200,13 @@ def _stale_sql(catalog: str, program: Program, basis: Basis) -> str:
             (
                 f"{VIEW_SQL.format(view=lit(view))} IS DISTINCT FROM {lit(definition)}",
                 f"view {view} was redefined",
+            )
+        )
+    if program.functions:
+        cases.append(
+            (
+                f"{_function_definitions(program)} IS DISTINCT FROM {lit(functions)}",
+                "a function the defining query calls was redefined or dropped",
             )
         )
     whens = " ".join(f"WHEN {condition} THEN {lit(reason)}" for condition, reason in cases)

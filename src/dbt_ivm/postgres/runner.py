@@ -80,6 +80,7 @@ class Compiled:
     equal_keys: bool = False  # no key column can be NULL: rows are found by `=` on the key
     shape: str = ""  # the table's columns, types and row key as JSON (compared at every refresh)
     views: list[str] = dataclasses.field(default_factory=list)  # the views the query reads, quoted
+    functions: list[int] = dataclasses.field(default_factory=list)  # the user functions it calls (oids)
 
     @property
     def target(self) -> Target:
@@ -152,6 +153,7 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
         )
         _add_shape(db, compiled, dict(described[0]))
     compiled.views = [qn(t.schema, t.name) for t in catalog.seen if t.kind == "view"]
+    compiled.functions = catalog.function_oids
     return compiled
 
 
@@ -635,6 +637,7 @@ def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> pro
         relation=_relation(spec),
         fingerprint=lifecycle.fingerprint(sql),
         views=compiled.views,
+        functions=compiled.functions,
     )
     if compiled.plan is None or compiled.layout is None:
         layout, contents = _contents(compiled, sql)
