@@ -9,10 +9,10 @@ Following one row: ``SELECT g, SUM(x) AS s FROM m GROUP BY g`` over (1, 1.5) and
 (1, NaN). Deleting the NaN row, the batch's sum for group 1 is −NaN, which is NaN: group 1's rows are
 summed again (1.5), where NaN + NaN would have kept NaN forever. Spark's decimal has no such values.
 
->>> print(finite(exp.column("t")).sql())
-t - t = 0
+>>> print(finite(exp.Add(this=exp.column("s"), expression=exp.column("d"))).sql())
+(s + d) - (s + d) = 0
 >>> print(summed_again(exp.column("d"), exp.column("s"), exp.column("r")).sql())
-CASE WHEN d - d <> 0 THEN r ELSE s END
+CASE WHEN (d) - (d) <> 0 THEN r ELSE s END
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dbt_ivm.delta.aggregates.avg import AVG
 from dbt_ivm.delta.aggregates.sum import SUM
 from dbt_ivm.delta.terms import Context, aliased
 from dbt_ivm.plan.build import group_placeholder
-from dbt_ivm.plan.nodes import Aggregate
+from dbt_ivm.plan.nodes import AggCall, Aggregate
 
 CHANGE = "__ivm_resum_change"  # the change row a sum read again belongs to (renamed where used)
 ROWS = "__ivm_resum_rows"
@@ -32,30 +32,42 @@ ROWS = "__ivm_resum_rows"
 
 def finite(value: exp.Expr) -> exp.Expr:
     """True where `value` is a finite number: x − x is 0 for those alone (NaN for NaN and ±Infinity)."""
-    return exp.EQ(this=exp.Sub(this=value, expression=value.copy()), expression=exp.Literal.number(0))
+    return exp.EQ(this=_difference(value), expression=exp.Literal.number(0))
 
 
 def summed_again(change: exp.Expr, merged: exp.Expr, again: exp.Expr) -> exp.Expr:
     """The merged running sum, or where the batch's own sum `change` is not finite, `again`."""
-    not_finite = exp.NEQ(
-        this=exp.Sub(this=change, expression=change.copy()), expression=exp.Literal.number(0)
-    )
+    not_finite = exp.NEQ(this=_difference(change), expression=exp.Literal.number(0))
     return exp.Case(ifs=[exp.If(this=not_finite, true=again)], default=merged)
 
 
-def sums_again(plan: Aggregate, ctx: Context) -> dict[str, exp.Expr]:
-    """By sum state of each SUM and AVG over numeric on PostgreSQL: that sum over the rows, after the
-    batch, of the group of a change row (alias CHANGE). Empty elsewhere."""
+def _difference(value: exp.Expr) -> exp.Expr:
+    return exp.Sub(this=exp.paren(value.copy()), expression=exp.paren(value.copy()))
+
+
+def possible(plan: Aggregate, ctx: Context) -> bool:
+    """Whether a running sum of `plan` may meet NaN or ±Infinity (a SUM or AVG over numeric on
+    PostgreSQL; Spark's decimal has neither)."""
+    return bool(_summed(plan, ctx))
+
+
+def _summed(plan: Aggregate, ctx: Context) -> list[AggCall]:
     if ctx.bindings.dialect != "postgres":
-        return {}
+        return []
     types = ctx.call_types.get(id(plan), {})
-    calls = [
+    return [
         c
         for c in plan.calls
         if c.func in (SUM.name, AVG.name)
         and types.get(c.index) is not None
         and types[c.index].is_type("decimal")
     ]
+
+
+def sums_again(plan: Aggregate, ctx: Context) -> dict[str, exp.Expr]:
+    """By sum state of each SUM and AVG that may meet NaN or ±Infinity (`possible`): that sum over
+    the rows, after the batch, of the group of a change row (alias CHANGE)."""
+    calls = _summed(plan, ctx)
     if not calls:
         return {}
     rows = grouping.input_rows(plan, "after", ctx)

@@ -73,9 +73,10 @@ def _after(layout: Layout, state: str, stored: str, change: str) -> exp.Expr:
     )
 
 
-def _has_rows(plan: Aggregate, layout: Layout, stored: str, change: str) -> exp.Expr:
+def _has_rows(plan: Aggregate, layout: Layout, stored: str, change: str, non_finite_sums: bool) -> exp.Expr:
     """True where a state after the batch proves the group has rows: a sum other than 0 (of exact
-    numbers: SUM over floating point is refused), or a count of values above 0."""
+    numbers: SUM over floating point is refused; with `non_finite_sums`, a finite one), or a count of
+    values above 0."""
     proofs: list[exp.Expr] = []
     for call in plan.calls:
         if call.func in PROVING:
@@ -85,9 +86,11 @@ def _has_rows(plan: Aggregate, layout: Layout, stored: str, change: str) -> exp.
             proofs.append(
                 exp.GT(this=after, expression=zero)
                 if call.func == COUNT_NON_NULL.name
-                # NaN or ±Infinity after a removal proves nothing (NaN − NaN is NaN): `non_finite`
-                else exp.and_(exp.NEQ(this=after, expression=zero), non_finite.finite(after.copy()))
+                else exp.NEQ(this=after, expression=zero)
             )
+            if non_finite_sums and call.func != COUNT_NON_NULL.name:
+                # NaN or ±Infinity after a removal proves nothing (NaN − NaN is NaN): `non_finite`
+                proofs[-1] = exp.and_(proofs[-1], non_finite.finite(after.copy()))
     return exp.or_(*proofs)
 
 
@@ -141,7 +144,8 @@ def with_recounts(
         in_doubt.append(exp.and_(removals[-1], exp.EQ(this=left, expression=exp.Literal.number(0))))
     if rows_recounted:
         removals.append(_removes(CHANGE, COUNT))
-        in_doubt.append(exp.and_(removals[-1], exp.not_(_has_rows(plan, layout, STORED, CHANGE))))
+        has_rows = _has_rows(plan, layout, STORED, CHANGE, non_finite.possible(plan, ctx))
+        in_doubt.append(exp.and_(removals[-1], exp.not_(has_rows)))
     # The change with each group's doubt, decided in one look at its stored row (a group not stored
     # yet removes nothing: never in doubt); pinned, it is read again for the doubtful groups and as
     # the change, and counted as it is pinned where the backend can.
@@ -230,14 +234,16 @@ def _cannot_remove(relation: Relation, ctx: Context) -> bool:
     return monotone(relation) and ctx.bindings.only_insertions([s.table for s in scans_in(relation)])
 
 
-def rows_after(plan: Aggregate, layout: Layout, stored: str, change: str) -> exp.Expr:
+def rows_after(plan: Aggregate, layout: Layout, stored: str, change: str, non_finite_sums: bool) -> exp.Expr:
     """A stand-in for the group's row count after the batch, right wherever it is 0: the recount
     where there is one; else, where the batch removed rows, 1 if a state proves some are left and 0
     if none does (a group in doubt whose rows are all gone has no recount row); else 1 (a stored
     group, or one the batch brings rows: groups whose change is all 0 were left out)."""
     recounted = exp.column(recount_column(COUNT), change, quoted=True)
     proven = exp.Case(
-        ifs=[exp.If(this=_has_rows(plan, layout, stored, change), true=exp.Literal.number(1))],
+        ifs=[
+            exp.If(this=_has_rows(plan, layout, stored, change, non_finite_sums), true=exp.Literal.number(1))
+        ],
         default=exp.Literal.number(0),
     )
     return exp.Case(

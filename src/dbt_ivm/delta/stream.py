@@ -189,7 +189,7 @@ class GroupChange:
             for i in range(len(plan.group_by))
         }
         if COUNT in self.layout.recounted:  # kept nowhere: a stand-in, right where 0
-            values[COUNT] = recount.rows_after(plan, self.layout, stored, change)
+            values[COUNT] = recount.rows_after(plan, self.layout, stored, change, bool(self.again))
         else:
             stored_count = exp.column(self.layout.stored(COUNT), stored, quoted=True)
             values[COUNT] = plus(stored_count, exp.column(COUNT, change, quoted=True))
