@@ -26,6 +26,7 @@ from sqlglot import exp
 from dbt_ivm.delta import extremes, grouping, non_finite, plans, recount, relation, topk, window
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
+from dbt_ivm.delta.aggregates.sum import bounded_sum_type
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
 from dbt_ivm.keys import Target, match
 from dbt_ivm.layout import COUNT, Layout, stored_keys
@@ -200,6 +201,9 @@ class GroupChange:
             if names and names[-1] in self.layout.recounted:  # SUM's count: a stand-in, right where 0
                 new[-1] = recount.count_after(old[0].copy(), change, names[-1])
                 old[-1] = exp.Literal.number(0)
+            summed = bounded_sum_type(call.func, self.types.get(call.index))
+            if summed is not None:  # the batch's sum in the stored sum's type: their sum keeps its scale
+                new[0] = exp.Cast(this=new[0], to=summed)
             values.update(zip(names, REGISTRY[call.func].merge(old, new), strict=True))
             if names and names[0] in self.again:
                 again = non_finite.for_change(self.again[names[0]], change)

@@ -40,6 +40,7 @@ from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import qualified_name, views_digest
 from dbt_ivm.delta import grouping, stream
 from dbt_ivm.delta.aggregates import REGISTRY
+from dbt_ivm.delta.aggregates.sum import decimal_digits
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.errors import (
     IncomparableColumn,
@@ -165,9 +166,14 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
     )
 
 
+# Spark keeps a decimal sum's scale while its precision fits 38 digits, or its scale is at most 6.
+MAX_SUMMED_DIGITS, MIN_KEPT_SCALE = 27, 6
+
+
 def _refuse_inexact_running_sums(spark: Any, model: str, aggregate: Aggregate, probe: exp.Query) -> None:
     """A running SUM or AVG over floating point drifts (1e16 + 1 − 1e16 is 0): refused, as on
-    PostgreSQL. Judged by the argument's type (Spark's AVG of an int is a double too)."""
+    PostgreSQL; so is one over a decimal of more than 27 digits with more than 6 decimals, whose sums
+    Spark rounds. Judged by the argument's type (Spark's AVG of an int is a double too)."""
     summed = [c for c in aggregate.calls if c.func != "recomputed" and REGISTRY[c.func].inexact_types]
     if not summed:
         return
@@ -182,6 +188,17 @@ def _refuse_inexact_running_sums(spark: Any, model: str, aggregate: Aggregate, p
                 model,
                 f"aggregate `{call.original.sql('spark')}` over {type_}",
                 "cast the argument to decimal, or use refresh_mode='full'",
+            )
+        digits = decimal_digits(exp.DataType.build(type_, dialect="spark"))
+        if digits is not None and digits[0] > MAX_SUMMED_DIGITS and digits[1] > MIN_KEPT_SCALE:
+            # Its sum is a decimal(38, s): adding a batch's sum to it needs a 39th digit, and
+            # Spark keeps 38 by dropping decimals (down to 6).
+            raise UnsupportedQuery(
+                model,
+                f"aggregate `{call.original.sql('spark')}` over {type_} (a running sum of it would "
+                "lose decimals)",
+                f"cast the argument to decimal({MAX_SUMMED_DIGITS}, {digits[1]}) or to at most "
+                f"{MIN_KEPT_SCALE} decimals, or use refresh_mode='full'",
             )
 
 

@@ -30,6 +30,28 @@ def merge_sum(old: list[exp.Expr], delta: list[exp.Expr]) -> list[exp.Expr]:
     return [total, non_null]
 
 
+def decimal_digits(type_: exp.DataType | None) -> tuple[int, int] | None:
+    """(precision, scale) of a decimal type that states them (Spark's always do; PostgreSQL's SUM and
+    AVG give an unbounded numeric): None otherwise."""
+    if type_ is None or not type_.is_type("decimal") or len(type_.expressions) != 2:
+        return None
+    precision, scale = (int(p.this.this) for p in type_.expressions)
+    return precision, scale
+
+
+def bounded_sum_type(func: str, result: exp.DataType | None) -> exp.DataType | None:
+    """The type of the running sum behind SUM or AVG over a bounded decimal: the SUM's own result,
+    decimal(p + 10, s) at most 38 digits; for AVG, whose result is decimal(p + 4, s + 4), the same
+    sum. None for any other type (a sum whose additions can lose no digits)."""
+    digits = decimal_digits(result)
+    if digits is None or func not in ("sum", "avg"):
+        return None
+    precision, scale = digits
+    if func == "avg":
+        precision, scale = min(38, precision + 6), scale - 4
+    return exp.DataType.build(f"DECIMAL({precision}, {scale})")
+
+
 def sum_from_scratch(argument: exp.Expr | None) -> list[exp.Expr]:
     return [exp.func("SUM", argument), exp.func("COUNT", argument)]
 
