@@ -258,6 +258,10 @@ def streams(s: str) -> dict[str, str]:
         "global_extremes": f"SELECT MIN(amount) AS lo, MAX(amount) AS hi, COUNT(*) AS n FROM {s}.orders",
         # MIN / MAX alone: insert-only groups combine the stored extreme with the batch's
         "extremes": f"SELECT customer_id, MIN(amount) AS lo, MAX(amount) AS hi FROM {s}.orders GROUP BY customer_id",
+        # a group key that is an expression: compared to the touched groups' keys as one operand
+        "extremes_by_condition": (
+            f"SELECT amount > 20 AS big, MIN(amount) AS lo, MAX(amount) AS hi FROM {s}.orders GROUP BY amount > 20"
+        ),
         "extreme_hidden_key": f"SELECT MIN(e.v) AS lo FROM {s}.events e GROUP BY e.kind",
         "global_max": f"SELECT MAX(v) AS top, MIN(kind) AS first_kind FROM {s}.events",
         "filtered_aggregates": (

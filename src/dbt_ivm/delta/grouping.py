@@ -284,9 +284,11 @@ def among(
     """
     alias = "__ivm_affected"
     columns = [exp.column(name, alias, quoted=True) for name in names]
+    # A group key may be an expression (GROUP BY amount > 1): an operand of = or IS needs parentheses.
+    operands = [v if isinstance(v, (exp.Column, exp.Literal)) else exp.paren(v.copy()) for v in values]
 
     def exists(compare: type[exp.EQ] | type[exp.NullSafeEQ]) -> exp.Exists:
-        pairs = [compare(this=c.copy(), expression=v.copy()) for c, v in zip(columns, values, strict=True)]
+        pairs = [compare(this=c.copy(), expression=v.copy()) for c, v in zip(columns, operands, strict=True)]
         condition = conjunction(pairs)
         assert condition is not None, "at least one value"
         return exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(condition))
@@ -295,7 +297,7 @@ def among(
         return (exists(exp.NullSafeEQ),)
     if relation is not None and all(never_null(value, relation) for value in values):
         return (exists(exp.EQ),)
-    some_null = exp.or_(*[exp.Is(this=v.copy(), expression=exp.null()) for v in values])
+    some_null = exp.or_(*[exp.Is(this=v.copy(), expression=exp.null()) for v in operands])
     null_key = exp.or_(*[exp.Is(this=c.copy(), expression=exp.null()) for c in columns])
     touched_null = exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(null_key))
     holding_null = exp.and_(exp.paren(some_null), touched_null)
