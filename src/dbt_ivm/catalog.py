@@ -53,6 +53,13 @@ class Column:
     name: str
     type: str  # the database's own spelling, e.g. "numeric(10,2)" or "decimal(10,2)"
     nullable: bool = True
+    # Its collation, quoted and qualified, where it is not its type's default ("" otherwise): a copy
+    # of its values (a change buffer) must compare and order them alike.
+    collation: str = ""
+
+    def declared_type(self) -> str:
+        """The type as a column definition declares it, collation included."""
+        return f"{self.type} COLLATE {self.collation}" if self.collation else self.type
 
 
 @dataclass(frozen=True)

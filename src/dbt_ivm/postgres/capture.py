@@ -68,7 +68,10 @@ TREE_SQL = (
 # What capture depends on, as three JSON arrays (see the module docstring).
 STATE_COLUMNS = (
     "(SELECT COALESCE(jsonb_agg(jsonb_build_array(a.attnum, a.attname, a.atttypid::regtype::text, "
-    "a.atttypmod, a.attgenerated, pg_get_expr(d.adbin, d.adrelid)) ORDER BY a.attnum), '[]') "
+    "a.atttypmod, a.attgenerated, pg_get_expr(d.adbin, d.adrelid)) "
+    # A collation other than the type's default (the buffer's column has it too); none: as before.
+    "|| CASE WHEN a.attcollation <> (SELECT t.typcollation FROM pg_type t WHERE t.oid = a.atttypid) "
+    "THEN jsonb_build_array(a.attcollation::regcollation::text) ELSE '[]' END ORDER BY a.attnum), '[]') "
     "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
     "AND a.attgenerated <> '' WHERE a.attrelid = %(source)s::oid AND a.attnum > 0 AND NOT a.attisdropped), "
     "(SELECT COALESCE(jsonb_agg(jsonb_build_array(c.oid::bigint, c.relfilenode::bigint) ORDER BY c.oid), '[]') "
@@ -279,7 +282,7 @@ def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
     buffer = qn(catalog, buffer_name(table))
     function = qn(catalog, function_name(table))
     names = internal_columns(table)
-    types = [c.type for c in table.columns]
+    types = [c.declared_type() for c in table.columns]
     # A source dropped and recreated has a new oid: drop the old table's buffer and function.
     previous = db.value(
         f"SELECT source_oid::text FROM {qn(catalog, 'change_buffers')} WHERE source = %s", (table.qualified,)

@@ -16,6 +16,13 @@ NULLABLE = (
     "AND k.conkey[1] = a.attnum AND NOT k.convalidated))"
 )
 
+# A column's collation where it is not its type's default, quoted and qualified ('' otherwise).
+COLLATION = (
+    "COALESCE((SELECT quote_ident(n.nspname) || '.' || quote_ident(k.collname) FROM pg_collation k "
+    "JOIN pg_namespace n ON n.oid = k.collnamespace WHERE k.oid = a.attcollation AND a.attcollation <> "
+    "(SELECT t.typcollation FROM pg_type t WHERE t.oid = a.atttypid)), '')"
+)
+
 
 def _kind(relkind: str, inherits: bool, partition: bool, row_security: bool) -> str:
     """A relation's kind as the planner sees it. A partition or an inheritance child is a kind of its
@@ -54,7 +61,7 @@ class PostgresCatalog:
             "c.relkind IN ('r', 'p') AND row_security_active(c.oid), "
             "CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) END, "
             "(SELECT COALESCE(json_agg(json_build_array(a.attname, format_type(a.atttypid, a.atttypmod), "
-            f"{NULLABLE}) ORDER BY a.attnum), '[]') FROM pg_attribute a "
+            f"{NULLABLE}, {COLLATION}) ORDER BY a.attnum), '[]') FROM pg_attribute a "
             "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
             "(SELECT COALESCE(array_agg(a.attname::text ORDER BY array_position(i.indkey, a.attnum)), '{}') "
             "FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) "
@@ -70,7 +77,7 @@ class PostgresCatalog:
         found = TableInfo(
             schema=nspname,
             name=relname,
-            columns=tuple(Column(str(n), str(t), bool(nullable)) for n, t, nullable in columns),
+            columns=tuple(Column(str(n), str(t), bool(nullable), str(k)) for n, t, nullable, k in columns),
             primary_key=tuple(str(c) for c in primary_key),
             kind=_kind(relkind, inherits, partition, row_security),
             view_sql=view_sql.rstrip().rstrip(";") if view_sql else None,

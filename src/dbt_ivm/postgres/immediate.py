@@ -86,7 +86,9 @@ def function_name(stream_table: str) -> str:
 def pending_table(stream_table: str, index: int, source: TableInfo) -> str:
     """The session's temp table of source `index`'s pending rows. Its name carries the source's column
     types: a pooled session that kept one from before a column changed type never reuses it."""
-    types = hashlib.sha256(repr([(c.name, c.type) for c in source.columns]).encode()).hexdigest()[:8]
+    types = hashlib.sha256(repr([(c.name, c.declared_type()) for c in source.columns]).encode()).hexdigest()[
+        :8
+    ]
     return f"__ivm_pending_{tag_of(stream_table)}_{index}_{types}"
 
 
@@ -150,7 +152,8 @@ def create_pending(stream_table: str, sources: list[TableInfo]) -> str:
     statements = []
     for index, source in enumerate(sources):
         columns = "".join(
-            f", {q(n)} {c.type}" for n, c in zip(internal_columns(source), source.columns, strict=True)
+            f", {q(n)} {c.declared_type()}"
+            for n, c in zip(internal_columns(source), source.columns, strict=True)
         )
         name = q(pending_table(stream_table, index, source))
         statements.append(_own_temp_table(name, f"({q(WEIGHT)} smallint NOT NULL{columns})"))
