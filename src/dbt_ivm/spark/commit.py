@@ -8,7 +8,9 @@ when a batch changes no row) carries these snapshot-summary properties:
 * ``dbt-ivm.views`` — a hash of the bodies of the views that query reads (empty: none), so a view
   redefined under the same name is noticed;
 * ``dbt-ivm.columns`` — the Iceberg field id of each source column the query reads, so a column
-  dropped and added again, or renamed, without a write since is noticed (``field_ids``).
+  dropped and added again, or renamed, without a write since is noticed (``field_ids``);
+* ``dbt-ivm.zone`` — the session time zone its values follow ("" when it reads and shows no date
+  or timestamp), so a run in another time zone recomputes them.
 
 So the data and its frontier move in one atomic commit: a refresh killed before the commit left
 the old snapshot (and frontier) current, one killed after it left the new one. Nothing to recover,
@@ -36,6 +38,7 @@ FRONTIER_PROPERTY = "dbt-ivm.frontier"
 FINGERPRINT_PROPERTY = "dbt-ivm.fingerprint"
 VIEWS_PROPERTY = "dbt-ivm.views"
 COLUMNS_PROPERTY = "dbt-ivm.columns"
+ZONE_PROPERTY = "dbt-ivm.zone"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Stamp:
     fingerprint: str
     views: str = ""
     columns: str = ""  # empty: stamped before dbt-ivm recorded field ids
+    zone: str | None = None  # None: stamped before dbt-ivm recorded the time zone
 
     def properties(self) -> dict[str, str]:
         return {
@@ -53,6 +57,7 @@ class Stamp:
             FINGERPRINT_PROPERTY: self.fingerprint,
             VIEWS_PROPERTY: self.views,
             COLUMNS_PROPERTY: self.columns,
+            **({} if self.zone is None else {ZONE_PROPERTY: self.zone}),
         }
 
 
@@ -88,12 +93,13 @@ def _stamp_of(summary: Any) -> Stamp | None:
     frontier, fingerprint = summary.get(FRONTIER_PROPERTY), summary.get(FINGERPRINT_PROPERTY)
     if frontier is None or fingerprint is None:
         return None
-    views, columns = summary.get(VIEWS_PROPERTY), summary.get(COLUMNS_PROPERTY)
+    views, columns, zone = (summary.get(p) for p in (VIEWS_PROPERTY, COLUMNS_PROPERTY, ZONE_PROPERTY))
     return Stamp(
         {str(k): int(v) for k, v in json.loads(str(frontier)).items()},
         str(fingerprint),
         "" if views is None else str(views),
         "" if columns is None else str(columns),
+        None if zone is None else str(zone),
     )
 
 

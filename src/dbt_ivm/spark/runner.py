@@ -92,6 +92,8 @@ class Compiled:
     output_names: list[str]
     views_digest: str = ""  # the bodies of the views the query reads (see `views_digest`)
     reads: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # see `columns_read`
+    # Reads or yields a date or timestamp: its casts and date parts follow the session's time zone.
+    zoned: bool = False
 
     @property
     def not_iceberg(self) -> list[SparkTable]:
@@ -161,9 +163,27 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
         if spec.refresh_mode == "differential":
             raise
         return Compiled(None, None, [], unsupported, {}, output_names, _views_digest(catalog))
-    return Compiled(
-        plan, layout, sources, None, call_types, output_names, _views_digest(catalog), columns_read(plan)
-    )
+    reads = columns_read(plan)
+    compiled = Compiled(plan, layout, sources, None, call_types, output_names, _views_digest(catalog), reads)
+    read_types = [
+        c.type
+        for s in sources
+        for c in s.info.columns
+        if s.info.qualified not in reads or c.name in reads[s.info.qualified]
+    ]
+    compiled.zoned = any(_zoned(t) for t in [*read_types, *(f.dataType.simpleString() for f in fields)])
+    return compiled
+
+
+def _zoned(type_: str) -> bool:
+    """Whether values of this type read or shown depend on the session time zone (a timestamp
+    without time zone, timestamp_ntz, does not; a date cast to a timestamp does)."""
+    return type_.startswith(("timestamp", "date")) and not type_.startswith("timestamp_ntz")
+
+
+def _zone(spark: Any, compiled: Compiled) -> str:
+    """The session time zone the stream table's values follow ("" when they follow none)."""
+    return str(spark.conf.get("spark.sql.session.timeZone")) if compiled.zoned else ""
 
 
 # Spark keeps a decimal sum's scale while its precision fits 38 digits, or its scale is at most 6.
@@ -500,7 +520,13 @@ def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, sta
     registry.save(spark, spec.catalog_schema, registration)
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {bt(spec.schema)}")
     spark.sql(f"DROP TABLE IF EXISTS {_table(spec).sql('spark')}")
-    stamp = Stamp(ends, registration.fingerprint, compiled.views_digest, field_ids.dumps(versions.fields))
+    stamp = Stamp(
+        ends,
+        registration.fingerprint,
+        compiled.views_digest,
+        field_ids.dumps(versions.fields),
+        _zone(spark, compiled),
+    )
     rows = spark_apply.create_table(spark, _parts(spec), layout, contents, stamp, spec.table_properties)
     result = RefreshResult(action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=rows)
     if layout.kind == "keyed" and key_check.stored_key_repeats(spark, _table(spec), layout.key):
@@ -538,6 +564,9 @@ def _refresh(
     reason = _full_reason(spec, compiled, frontier, ends)
     if reason is None and stamp is not None and compiled.plan is not None:
         reason = versions.moved_since(stamp.columns, stamp.frontier)
+    zone = _zone(spark, compiled)
+    if reason is None and stamp is not None and stamp.zone is not None and stamp.zone != zone:
+        reason = f"the session time zone is {zone!r}, the stream table was computed in {stamp.zone!r}"
     changed = [
         s
         for s in compiled.sources
@@ -590,7 +619,9 @@ def _refresh(
         result = RefreshResult(action="FULL", reason=reason)
         layout, contents = _contents(views, compiled, sql, versions)
         delta = full_delta(_table(spec), layout, contents)
-    new_stamp = Stamp(ends, registered.fingerprint, compiled.views_digest, field_ids.dumps(versions.fields))
+    new_stamp = Stamp(
+        ends, registered.fingerprint, compiled.views_digest, field_ids.dumps(versions.fields), zone
+    )
     if delta is None:  # no changed source reaches the result
         stamp_without_data(spark, _parts(spec), new_stamp)
     else:
