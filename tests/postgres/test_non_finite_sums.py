@@ -21,6 +21,7 @@ STREAMS = {
     "sums": "SELECT g, SUM(x) AS s, AVG(x) AS a, COUNT(x) AS c FROM m GROUP BY g",
     "only_sum": "SELECT g, SUM(x) AS s FROM m GROUP BY g",
     "overall": "SELECT SUM(x) AS s, AVG(x) AS a FROM m",
+    "per_row": "SELECT id, SUM(x) AS s FROM m GROUP BY id",  # a key that cannot be NULL: matched by =
     "extremes": "SELECT g, MIN(x) AS lo, MAX(x) AS hi FROM m GROUP BY g",
 }
 WRITES = [
@@ -30,6 +31,8 @@ WRITES = [
     "DELETE FROM m WHERE id = 7",  # group 4: only a NULL left
     "UPDATE m SET x = 'NaN' WHERE id = 4",
     "UPDATE m SET x = 7 WHERE id = 4",
+    "UPDATE m SET x = 'Infinity' WHERE id = 1",
+    "UPDATE m SET x = 1 WHERE id = 1",
     "INSERT INTO m VALUES (9, 1, '-Infinity'), (10, 5, 'NaN')",
     "UPDATE m SET g = 5 WHERE id = 9",
     "DELETE FROM m WHERE g = 5",

@@ -73,7 +73,8 @@ def sums_again(plan: Aggregate, ctx: Context) -> dict[str, exp.Expr]:
     rows = grouping.input_rows(plan, "after", ctx)
     assert rows is not None
     groups = [group_placeholder(i) for i in range(len(plan.group_by))]
-    same_group = grouping.matching(groups, ROWS, CHANGE)
+    # `=` where a key cannot be NULL: an index on the source's column can find the group's rows.
+    same_group = grouping.matching(groups, ROWS, CHANGE, grouping.never_null_groups(plan))
     found: dict[str, exp.Expr] = {}
     for call in calls:
         total = exp.func("SUM", exp.column(grouping.arg_column(call), ROWS, quoted=True))
