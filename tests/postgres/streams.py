@@ -39,6 +39,18 @@ def refresh_and_check(conn: Any, name: str, sql: str, context: str = "", **optio
     return result
 
 
+def follow_writes(conn: Any, streams: dict[str, str], writes: list[str], mode: str) -> None:
+    """Create each stream table, then after each write refresh and check them all: each refresh must
+    be differential (or find nothing to do)."""
+    for name, sql in streams.items():
+        refresh_and_check(conn, name, sql, "create", refresh_mode=mode)
+    for write in writes:
+        execute(conn, write)
+        for name, sql in streams.items():
+            result = refresh_and_check(conn, name, sql, f"after {write}", refresh_mode=mode)
+            assert result.action in ("DIFFERENTIAL", "SKIP"), (write, name, result.summary())
+
+
 def seeded_shapes(conn: Any, rng: Any) -> Workload:
     """Create the shared shapes' source tables (tests/shapes.py) and seed them; the workload for batches."""
     for statement in create_statements(SCHEMA, "postgres"):

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.postgres.streams import execute, refresh_and_check
+from tests.postgres.streams import execute, follow_writes
 
 pytestmark = pytest.mark.postgres
 
@@ -48,10 +48,4 @@ def test_collated_sources(pg_conn: Any, mode: str) -> None:
     except psycopg2.errors.FeatureNotSupported as error:
         pytest.skip(f"this server has no ICU: {error}")
     execute(pg_conn, SOURCE)
-    for name, sql in STREAMS.items():
-        refresh_and_check(pg_conn, name, sql, refresh_mode=mode)
-    for write in WRITES:
-        execute(pg_conn, write)
-        for name, sql in STREAMS.items():
-            result = refresh_and_check(pg_conn, name, sql, f"after {write}", refresh_mode=mode)
-            assert result.action in ("DIFFERENTIAL", "SKIP"), (write, name, result.summary())
+    follow_writes(pg_conn, STREAMS, WRITES, mode)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.postgres.streams import execute, refresh_and_check
+from tests.postgres.streams import execute, follow_writes
 
 pytestmark = pytest.mark.postgres
 
@@ -42,10 +42,4 @@ WRITES = [
 @pytest.mark.parametrize("mode", ["differential", "immediate", "auto"])
 def test_sums_through_nan_and_infinity(pg_conn: Any, mode: str) -> None:
     execute(pg_conn, ROWS)
-    for name, sql in STREAMS.items():
-        refresh_and_check(pg_conn, name, sql, refresh_mode=mode)
-    for write in WRITES:
-        execute(pg_conn, write)
-        for name, sql in STREAMS.items():
-            result = refresh_and_check(pg_conn, name, sql, refresh_mode=mode)
-            assert result.action in ("DIFFERENTIAL", "SKIP"), (write, name, result.summary())
+    follow_writes(pg_conn, STREAMS, WRITES, mode)
