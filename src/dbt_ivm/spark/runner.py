@@ -134,6 +134,7 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
     except Exception as error:
         raise InvalidQuery(spec.model, str(error).strip().splitlines()[0]) from error
     output_names = [f.name for f in fields]
+    output_types = [f.dataType.simpleString() for f in fields]
     for field in fields:
         if incomparable(field.dataType.simpleString()):
             raise IncomparableColumn(spec.model, field.name, field.dataType.simpleString())
@@ -171,7 +172,7 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
         for c in s.info.columns
         if s.info.qualified not in reads or c.name in reads[s.info.qualified]
     ]
-    compiled.zoned = any(_zoned(t) for t in [*read_types, *(f.dataType.simpleString() for f in fields)])
+    compiled.zoned = any(_zoned(t) for t in [*read_types, *output_types])
     return compiled
 
 
