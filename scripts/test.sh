@@ -38,7 +38,8 @@ logs="$(mktemp -d)"
 # ones (the last two files here balance them).
 long_spark=(tests/spark/test_shapes.py tests/spark/test_tpch.py tests/spark/test_randomized.py
   tests/spark/test_kill.py tests/spark/test_cluster.py tests/spark/test_smoke.py
-  tests/spark/test_suspicious_sources.py tests/spark/test_upkeep.py)
+  tests/spark/test_suspicious_sources.py tests/spark/test_upkeep.py tests/spark/test_decimal_sums.py
+  tests/spark/test_session_time_zone.py)
 spark_lane() {
   run_pytest --backend spark "${long_spark[@]}"
 }
@@ -66,7 +67,7 @@ echo "== PostgreSQL lane, then the other Spark tests (exit $status)"
 cat "$logs/postgres.log"
 spark_status=0
 wait "$spark_pid" || spark_status=$?
-echo "== Spark lane: shapes, TPC-H, randomized, crashes, cluster, smoke, suspicious sources, upkeep (exit $spark_status)"
+echo "== Spark lane: shapes, TPC-H, randomized, crashes, cluster, smoke, suspicious sources, upkeep, decimal sums, time zone (exit $spark_status)"
 cat "$logs/spark.log"
 rm -rf "$logs"
 if [ "$status" -eq 0 ]; then
