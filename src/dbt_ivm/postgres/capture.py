@@ -17,8 +17,9 @@ What a user could do to a source without firing ordinary triggers is either capt
 * they sit on the source and on every partition and inheritance child below it (a statement fires
   the triggers of the table it names only);
 * a fingerprint of the source's state is stored at install: its columns (number, name, type,
-  modifier), the storage of every table in its tree (relfilenode: a rewriting ALTER TABLE, a column
-  dropped and re-added, VACUUM FULL), and our trigger rows (their xmin and enabled state: any
+  modifier, and an enum type's labels: a value renamed changes what a query shows as text), the
+  storage of every table in its tree (relfilenode: a rewriting ALTER TABLE, a column dropped and
+  re-added, VACUUM FULL), and our trigger rows (their xmin and enabled state: any
   ``ALTER TABLE … DISABLE/ENABLE TRIGGER`` rewrites them). A refresh that finds a different state
   reinstalls capture, and every consumer's next refresh is FULL with the reason.
 
@@ -65,13 +66,32 @@ TREE_SQL = (
     "WITH RECURSIVE tree(relid) AS (SELECT %(source)s::oid UNION "
     "SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.relid) "
 )
+ENUM_MARK = "enum labels"
+
+
+def enum_labels(columns: str) -> str:
+    """``[["enum labels", [...]]]``: the labels of the enums among the types of the pg_attribute rows
+    `columns` selects as ``a`` (a column's own type, its domain's base, its array's element); ``[]``
+    when there is none."""
+    return (
+        f"COALESCE((SELECT pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_array({lit(ENUM_MARK)}, "
+        "pg_catalog.jsonb_agg(e.enumlabel ORDER BY a.attnum, e.enumtypid, e.enumsortorder))) "
+        f"FROM {columns} JOIN pg_catalog.pg_type t ON t.oid = a.atttypid JOIN pg_catalog.pg_enum e "
+        "ON e.enumtypid IN (t.oid, t.typbasetype, t.typelem) HAVING pg_catalog.count(*) > 0), '[]')"
+    )
+
+
+ENUM_LABELS = enum_labels("(SELECT a.attnum, a.atttypid) AS a")
 # What capture depends on, as three JSON arrays (see the module docstring).
 STATE_COLUMNS = (
     "(SELECT COALESCE(jsonb_agg(jsonb_build_array(a.attnum, a.attname, a.atttypid::regtype::text, "
     "a.atttypmod, a.attgenerated, pg_get_expr(d.adbin, d.adrelid)) "
     # A collation other than the type's default (the buffer's column has it too); none: as before.
     "|| CASE WHEN a.attcollation <> (SELECT t.typcollation FROM pg_type t WHERE t.oid = a.atttypid) "
-    "THEN jsonb_build_array(a.attcollation::regcollation::text) ELSE '[]' END ORDER BY a.attnum), '[]') "
+    "THEN jsonb_build_array(a.attcollation::regcollation::text) ELSE '[]' END "
+    # An enum's labels (of the column's type, its domain's base or its array's element): a value
+    # renamed changes what a query shows as text without writing a row. No enum: as before.
+    f"|| {ENUM_LABELS} ORDER BY a.attnum), '[]') "
     "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
     "AND a.attgenerated <> '' WHERE a.attrelid = %(source)s::oid AND a.attnum > 0 AND NOT a.attisdropped), "
     "(SELECT COALESCE(jsonb_agg(jsonb_build_array(c.oid::bigint, c.relfilenode::bigint) ORDER BY c.oid), '[]') "
@@ -229,6 +249,8 @@ def _reinstall_reason(
     if not intact:
         return f"the change buffer of {label} was reset (crash recovery or failover)"
     if now["columns"] != stored["columns"]:
+        if _without_labels(now["columns"]) == _without_labels(stored["columns"]):
+            return f"an enum type of a column of {label} renamed or added a value (ALTER TYPE)"
         return f"the columns of {label} changed"
     if [oid for oid, _ in now["storage"]] != [oid for oid, _ in stored["storage"]]:
         return f"the partitions or inheritance children of {label} changed"
@@ -239,6 +261,14 @@ def _reinstall_reason(
     if now["triggers"] != stored["triggers"]:
         return TRIGGERS_ALTERED.format(label)
     return None
+
+
+def _without_labels(columns: list[list[Any]]) -> list[list[Any]]:
+    """A columns fingerprint without its enums' labels."""
+    return [
+        [part for part in column if not (isinstance(part, list) and part[:1] == [ENUM_MARK])]
+        for column in columns
+    ]
 
 
 def lock_installs(db: Db) -> None:

@@ -46,7 +46,7 @@ from dbt_ivm.apply import multiset
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.layout import HASH
 from dbt_ivm.postgres import user_triggers
-from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TREE_SQL
+from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TREE_SQL, enum_labels
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import (
     EVENTS,
@@ -435,7 +435,14 @@ def storage_sql(stream_table: str, sources: list[TableInfo]) -> str:
         "c.relfilenode::bigint) ORDER BY c.oid), '[]') FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.relid), "
         "(SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(t.tgname, t.xmin::text, t.tgenabled) "
         "ORDER BY t.tgrelid, t.tgname), '[]') FROM pg_catalog.pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
-        f"WHERE pg_catalog.starts_with(t.tgname, {ours}))))"
+        f"WHERE pg_catalog.starts_with(t.tgname, {ours})))"
+        # The labels of its enums (a value renamed shows otherwise as text); none: as before.
+        " || "
+        + enum_labels(
+            "(SELECT attnum, atttypid FROM pg_catalog.pg_attribute WHERE attrelid = "
+            f"{lit(source.identity)}::pg_catalog.oid AND attnum > 0 AND NOT attisdropped) AS a"
+        )
+        + ")"
         for source in sources
     ]
     return f"SELECT pg_catalog.jsonb_build_array({', '.join(parts)})"
@@ -568,7 +575,8 @@ def reinstall_reason(
     if installed[1] != storage(db, stream_table, sources):
         return (
             "a source was rewritten without firing triggers (ALTER TABLE … TYPE … USING, VACUUM FULL, "
-            "CLUSTER, or dropped and recreated), or its maintenance triggers were disabled for a while"
+            "CLUSTER, or dropped and recreated), an enum type it has renamed or added a value, or its "
+            "maintenance triggers were disabled for a while"
         )
     signature = qn(catalog, function_name(stream_table)) + "()"
     for source in sources:
