@@ -1,12 +1,15 @@
 """Child process for the kill tests, on a warehouse of their own (its own SparkSession and JVM).
 
-    python -m tests.spark.kill_child prepare WAREHOUSE SCHEMA  # sources, stream tables, a batch of
-                                    # DML in SCHEMA, then a refresh killed at DBT_IVM_SPARK_KILL_AT
+    python -m tests.spark.kill_child prepare WAREHOUSE SCHEMA...  # in each SCHEMA: sources, stream
+                                    # tables, a batch of DML, the first stream table refreshed
+    python -m tests.spark.kill_child kill WAREHOUSE SCHEMA  # the last stream table's refresh, killed
+                                    # at DBT_IVM_SPARK_KILL_AT
     python -m tests.spark.kill_child recover WAREHOUSE SCHEMA...  # the next refreshes of each
                                     # schema must be correct: prints "recovered SCHEMA" or the error
 
 The test process never opens this warehouse, so each phase can use the tests' own session builder.
-One recovering process serves every killed schema: a JVM start is most of a phase's time.
+One process prepares every schema and one recovers them: a cold JVM makes a process's first
+refreshes slow, so only the refresh that dies runs in a process of its own.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def streams(s: str) -> dict[str, str]:
     }
 
 
-def prepare(spark: Any, s: str, kill_at: str) -> None:
+def prepare(spark: Any, s: str) -> None:
     sql = spark.sql
     sql(f"CREATE DATABASE IF NOT EXISTS {s}")
     sql(f"CREATE TABLE {s}.orders (id int NOT NULL, customer string, amount decimal(10,2)) USING iceberg")
@@ -47,12 +50,16 @@ def prepare(spark: Any, s: str, kill_at: str) -> None:
     sql(f"UPDATE {s}.orders SET amount = amount + 1 WHERE id = 1")
     sql(f"INSERT INTO {s}.events VALUES ('a',1),('c',3)")
     sql(f"DELETE FROM {s}.events WHERE kind = 'b'")
-    # 'kept' refreshes normally; 'totals' (last) dies at the kill point.
-    *first, last = streams(s).items()
+    # 'kept' refreshes normally; 'totals' (last) dies at the kill point, in a process of its own.
+    *first, _ = streams(s).items()
     for name, query in first:
         refresh_and_check(spark, s, name, query, "before the kill", refresh_mode="differential")
+
+
+def kill(spark: Any, s: str, kill_at: str) -> None:
+    name, query = list(streams(s).items())[-1]
     os.environ[KILL_ENV] = kill_at
-    refresh_and_check(spark, s, last[0], last[1], "killed", refresh_mode="differential")
+    refresh_and_check(spark, s, name, query, "killed", refresh_mode="differential")
 
 
 def recover(spark: Any, s: str) -> None:
@@ -75,7 +82,11 @@ def main() -> None:
     kill_at = os.environ.pop(KILL_ENV, "")
     spark = build_session(warehouse)
     if phase == "prepare":
-        prepare(spark, schemas[0], kill_at)
+        for schema in schemas:
+            prepare(spark, schema)
+        return
+    if phase == "kill":
+        kill(spark, schemas[0], kill_at)
         return
     for schema in schemas:
         try:

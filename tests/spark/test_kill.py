@@ -40,12 +40,15 @@ def _child(phase: str, warehouse: Path, *schemas: str, kill_at: str = "") -> sub
 
 @pytest.fixture(scope="module")
 def recovered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Each point killed in a schema of its own, one process each; then one process recovers them
-    all. By point: what killing it printed when it did not die by SIGKILL, or the recovery's output."""
+    """One process prepares a schema per point; each point is killed in its schema, one process
+    each; then one process recovers them all. By point: what killing it printed when it did not die
+    by SIGKILL, or the recovery's output."""
     warehouse = tmp_path_factory.mktemp("killed") / "warehouse"
+    prepared = _child("prepare", warehouse, *TESTED_POINTS)
+    assert prepared.returncode == 0, f"{prepared.stdout}\n{prepared.stderr[-3000:]}"
     outcome: dict[str, str] = {}
     for point in TESTED_POINTS:
-        killed = _child("prepare", warehouse, point, kill_at=point)
+        killed = _child("kill", warehouse, point, kill_at=point)
         if killed.returncode != -9:
             outcome[point] = f"not killed: {killed.returncode}\n{killed.stdout}\n{killed.stderr[-3000:]}"
     alive = [p for p in TESTED_POINTS if p not in outcome]
