@@ -13,7 +13,14 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dbt_ivm.delta.aggregates.base import Aggregator
-from dbt_ivm.delta.aggregates.sum import FLOATS, bounded_sum_type, merge_sum, sum_from_scratch, weighted_sum
+from dbt_ivm.delta.aggregates.sum import (
+    FLOATS,
+    bounded_sum_type,
+    decimal_digits,
+    merge_sum,
+    sum_from_scratch,
+    weighted_sum,
+)
 
 
 def _finalize(states: list[exp.Expr], count: exp.Expr, type_: exp.DataType | None) -> exp.Expr:
@@ -35,7 +42,9 @@ def _decimal_quotient(
     at most 38 digits in all, so a sum with many integer digits keeps few decimals (or overflows, cast
     to the result type first). Its whole part q and then the remainder's share, (sum − q·count) /
     count, are divided apart: the remainder is smaller than the count, and leaves room for decimals."""
-    precision, scale = (int(p.this.this) for p in summed.expressions)
+    digits = decimal_digits(summed)
+    assert digits is not None  # bounded_sum_type gives a decimal that states its digits
+    precision, scale = digits
     whole_type = exp.DataType.build(f"DECIMAL({precision - scale}, 0)")
     divisor = _cast(count, exp.DataType.build("DECIMAL(20, 0)"))
     total = _cast(total, summed)
