@@ -12,8 +12,11 @@ still has the domain), and an aggregate over an enum builds in every mode.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg2
 import pytest
 
 from dbt_ivm.errors import UnsupportedQuery
@@ -68,9 +71,11 @@ def test_auto_refreshes_a_partition_or_child_full_through_writes_to_its_parent(p
             assert result.action == "FULL" and construct in str(result.reason), result.summary()
 
 
-def test_row_level_security_on_a_source_is_refreshed_full(pg_conn: Any, pg_dsn: str) -> None:
-    """The dbt role reads only rows a policy shows it; writers see all. Differential is refused by
-    name; AUTO stays equal to the query as the dbt role reads it, through rows hidden and shown."""
+@contextmanager
+def three_roles(pg_conn: Any, pg_dsn: str) -> Iterator[tuple[Any, Any, Any, str, str]]:
+    """Connections as a sources' owner, a dbt role and a writer (none a superuser, all dropped after),
+    then the dbt role's and the writer's names. ``docs`` is the owner's, readable by dbt and writable by
+    the writer; ``secret`` marks the rows a policy may hide."""
     database = value(pg_conn, "SELECT current_database()")
     dbt, owner, writer = f"{database}_dbt", f"{database}_own", f"{database}_wr"
     for role in (dbt, owner, writer):
@@ -81,18 +86,49 @@ def test_row_level_security_on_a_source_is_refreshed_full(pg_conn: Any, pg_dsn: 
         f'"{owner}"; GRANT USAGE ON SCHEMA public TO "{writer}"',
     )
     connections = [connect(pg_dsn, user=role) for role in (owner, dbt, writer)]
-    as_owner, as_dbt, as_writer = connections
     try:
         execute(
-            as_owner,
+            connections[0],
             "CREATE TABLE docs (id int PRIMARY KEY, owner_name text, amount numeric, secret bool NOT NULL);"
             "INSERT INTO docs VALUES (1, 'a', 1, false), (2, 'a', 2, true), (3, 'b', 3, false);"
-            "ALTER TABLE docs ENABLE ROW LEVEL SECURITY;"
-            f'CREATE POLICY dbt_sees ON docs FOR SELECT TO "{dbt}" USING (NOT secret);'
-            f'CREATE POLICY writes ON docs TO "{writer}" USING (true) WITH CHECK (true);'
             f'GRANT SELECT, TRIGGER ON docs TO "{dbt}"; GRANT SELECT, INSERT, UPDATE, DELETE ON docs TO "{writer}"',
         )
-        sql = "SELECT owner_name, SUM(amount) AS total, COUNT(*) AS n FROM docs GROUP BY owner_name"
+        yield connections[0], connections[1], connections[2], dbt, writer
+    finally:
+        for connection in connections:
+            connection.close()
+        execute(pg_conn, f'DROP OWNED BY "{dbt}", "{owner}", "{writer}" CASCADE')
+        for role in (dbt, owner, writer):
+            execute(pg_conn, f'DROP ROLE "{role}"')
+
+
+def _hide_secret_rows_from(owner: Any, dbt: str, writer: str) -> None:
+    execute(
+        owner,
+        "ALTER TABLE docs ENABLE ROW LEVEL SECURITY;"
+        f'CREATE POLICY dbt_sees ON docs FOR SELECT TO "{dbt}" USING (NOT secret);'
+        f'CREATE POLICY writes ON docs TO "{writer}" USING (true) WITH CHECK (true);',
+    )
+
+
+def execute_call(conn: Any, stream_table: str) -> str:
+    """`CALL dbt_ivm.refresh(stream_table)`: its action."""
+    with conn.cursor() as cursor:
+        cursor.execute("CALL dbt_ivm.refresh(%s)", (stream_table,))
+        row = cursor.fetchone()
+    conn.commit()
+    return str(row[0])
+
+
+DOC_TOTALS = "SELECT owner_name, SUM(amount) AS total, COUNT(*) AS n FROM docs GROUP BY owner_name"
+
+
+def test_row_level_security_on_a_source_is_refreshed_full(pg_conn: Any, pg_dsn: str) -> None:
+    """The dbt role reads only rows a policy shows it; writers see all. Differential is refused by
+    name; AUTO stays equal to the query as the dbt role reads it, through rows hidden and shown."""
+    with three_roles(pg_conn, pg_dsn) as (as_owner, as_dbt, as_writer, dbt, writer):
+        _hide_secret_rows_from(as_owner, dbt, writer)
+        sql = DOC_TOTALS
         with pytest.raises(UnsupportedQuery, match=re.escape("table under row-level security public.docs")):
             run_stream_table(as_dbt, make_spec("secret_totals", sql, refresh_mode="differential"))
         run_stream_table(as_dbt, make_spec("totals", sql))
@@ -106,12 +142,46 @@ def test_row_level_security_on_a_source_is_refreshed_full(pg_conn: Any, pg_dsn: 
             result = run_stream_table(as_dbt, make_spec("totals", sql))
             assert result.action == "FULL" and "row-level security" in str(result.reason), result.summary()
             assert_matches_query(as_dbt, "public", "totals", sql, step)
-    finally:
-        for connection in connections:
-            connection.close()
-        execute(pg_conn, f'DROP OWNED BY "{dbt}", "{owner}", "{writer}" CASCADE')
-        for role in (dbt, owner, writer):
-            execute(pg_conn, f'DROP ROLE "{role}"')
+
+
+@pytest.mark.parametrize("mode", ["differential", "auto"])
+def test_row_level_security_that_comes_after_dbt_run_is_noticed_by_call(
+    pg_conn: Any, pg_dsn: str, mode: str
+) -> None:
+    """A policy the owner adds after dbt run built the table: `CALL dbt_ivm.refresh` (planned when
+    the dbt role read every row) refuses by name, and the next refresh by the engine refuses
+    differential or refreshes AUTO FULL, equal to the query as the dbt role now reads it."""
+    with three_roles(pg_conn, pg_dsn) as (as_owner, as_dbt, as_writer, dbt, writer):
+        run_stream_table(as_dbt, make_spec("totals", DOC_TOTALS, refresh_mode=mode))
+        assert_matches_query(as_dbt, "public", "totals", DOC_TOTALS, "built")
+        _hide_secret_rows_from(as_owner, dbt, writer)
+        execute(as_writer, "INSERT INTO docs VALUES (4, 'b', 4, false)")
+        with pytest.raises(
+            psycopg2.Error, match=re.escape("row-level security applies to the caller on public.docs")
+        ):
+            execute_call(as_dbt, "public.totals")
+        as_dbt.rollback()
+        if mode == "differential":
+            with pytest.raises(
+                UnsupportedQuery, match=re.escape("table under row-level security public.docs")
+            ):
+                run_stream_table(as_dbt, make_spec("totals", DOC_TOTALS, refresh_mode=mode))
+            return
+        result = run_stream_table(as_dbt, make_spec("totals", DOC_TOTALS, refresh_mode=mode))
+        # Its rows need no key now (every refresh is FULL): rebuilt once, saying why.
+        assert result.action == "REBUILD" and "row-level security" in str(result.reason), result.summary()
+        assert_matches_query(as_dbt, "public", "totals", DOC_TOTALS, "after the policy")
+        execute(as_writer, "UPDATE docs SET secret = true WHERE id = 3")
+        result = run_stream_table(as_dbt, make_spec("totals", DOC_TOTALS, refresh_mode=mode))
+        assert result.action == "FULL" and "row-level security" in str(result.reason), result.summary()
+        assert_matches_query(as_dbt, "public", "totals", DOC_TOTALS, "a row hidden")
+        execute(as_owner, "ALTER TABLE docs DISABLE ROW LEVEL SECURITY")
+        result = run_stream_table(as_dbt, make_spec("totals", DOC_TOTALS, refresh_mode=mode))
+        assert result.action == "REBUILD" and "differentially now" in str(result.reason), result.summary()
+        assert_matches_query(as_dbt, "public", "totals", DOC_TOTALS, "without the policy")
+        execute(as_writer, "INSERT INTO docs VALUES (5, 'c', 5, true)")
+        assert execute_call(as_dbt, "public.totals") == "DIFFERENTIAL"
+        assert_matches_query(as_dbt, "public", "totals", DOC_TOTALS, "CALL again")
 
 
 @pytest.mark.parametrize(

@@ -191,6 +191,15 @@ def _stale_sql(catalog: str, program: Program, basis: Basis) -> str:
                 f"the primary key or NOT NULL columns of {source.qualified} changed",
             )
         )
+        if program.statements is not None:
+            # Planned as a role that reads every row; the caller (pg_cron's, or after a policy came)
+            # would see fewer, and the batch would disagree with the stored rows.
+            cases.append(
+                (
+                    f"pg_catalog.row_security_active({lit(source.identity)}::pg_catalog.oid)",
+                    f"row-level security applies to the caller on {source.qualified}",
+                )
+            )
         renamed = f"pg_catalog.to_regclass({lit(qn(source.schema, source.name))}) IS DISTINCT FROM {lit(source.identity)}::pg_catalog.regclass"
         cases.append(
             (renamed, f"{source.qualified} now names another table (renamed, or dropped and created again)")

@@ -213,6 +213,11 @@ def shape_change(registered: str, current: str) -> str | None:
     if not registered:
         return "the stream table was built by an earlier version of dbt-ivm"
     before, after = json.loads(registered), json.loads(current)
+    kinds = before.get("kind"), after.get("kind")
+    if kinds[0] != kinds[1] and "plain" in kinds:  # a FULL-only table (no key, no bookkeeping)
+        if kinds[0] == "plain":
+            return "its query can be maintained differentially now"
+        return "its query can no longer be maintained differentially (every refresh is FULL)"
     if before.get("key_lookup") != after.get("key_lookup"):
         return (
             f"this version of dbt-ivm finds the stream table's rows through {LOOKUPS[after['key_lookup']]}, "
@@ -721,7 +726,10 @@ def _rebuild_reason(compiled: Compiled, registered: registry.Registered) -> str 
     """Why the stored table no longer fits the query, though its text is the same (None: it fits)."""
     if compiled.views_digest != registered.views_digest:
         return "a view or function the defining query reads was redefined"
-    return shape_change(registered.shape, compiled.shape)
+    change = shape_change(registered.shape, compiled.shape)
+    if change is not None and compiled.unsupported is not None:
+        return f"{change}: {compiled.unsupported}"
+    return change
 
 
 def _inspect_capture(db: Db, spec: StreamTableSpec, compiled: Compiled) -> list[capture.Inspection]:
