@@ -144,6 +144,25 @@ def test_row_level_security_on_a_source_is_refreshed_full(pg_conn: Any, pg_dsn: 
             assert_matches_query(as_dbt, "public", "totals", sql, step)
 
 
+def test_row_level_security_that_comes_after_dbt_run_stops_immediate_maintenance(
+    pg_conn: Any, pg_dsn: str
+) -> None:
+    """IMMEDIATE maintenance reads the sources as the dbt role: once a policy hides rows from it, a
+    write still succeeds, its maintenance is undone and flagged, and the next run refuses by name."""
+    with three_roles(pg_conn, pg_dsn) as (as_owner, as_dbt, as_writer, dbt, writer):
+        run_stream_table(as_dbt, make_spec("totals", DOC_TOTALS, refresh_mode="immediate"))
+        execute(as_writer, "INSERT INTO docs VALUES (4, 'b', 4, false)")
+        assert_matches_query(as_dbt, "public", "totals", DOC_TOTALS, "maintained")
+        _hide_secret_rows_from(as_owner, dbt, writer)
+        execute(as_writer, "INSERT INTO docs VALUES (5, 'b', 5, false)")  # succeeds
+        needs = value(
+            pg_conn, "SELECT needs_full FROM dbt_ivm.stream_tables WHERE stream_table = 'public.totals'"
+        )
+        assert "row-level security applies to the dbt role" in str(needs), needs
+        with pytest.raises(UnsupportedQuery, match=re.escape("table under row-level security public.docs")):
+            run_stream_table(as_dbt, make_spec("totals", DOC_TOTALS, refresh_mode="immediate"))
+
+
 @pytest.mark.parametrize("mode", ["differential", "auto"])
 def test_row_level_security_that_comes_after_dbt_run_is_noticed_by_call(
     pg_conn: Any, pg_dsn: str, mode: str

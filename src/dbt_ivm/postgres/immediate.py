@@ -332,6 +332,7 @@ def function_sql(
     )
     explicit = Explicit(statements.explicit, relation, "true" if always_explicit else "false", s.applying)
     guard = _null_key_guard(relation, key)
+    unhidden = _every_row_visible(stream_table, sources)
     path = statements.explicit
     passed_on = " OR ".join(PASSED_ON)
     body = f"""#variable_conflict use_column
@@ -361,6 +362,7 @@ BEGIN
     END;
   ELSIF {_setting(s.full)} <> 'on' THEN
     BEGIN
+      {unhidden}
       {_by_source(catalog, stream_table, statements, explicit)}
       {guard}
     EXCEPTION WHEN {passed_on} THEN RAISE;
@@ -377,6 +379,7 @@ BEGIN
   {_turn(catalog, stream_table, None)}
   FOR __ivm_round IN 1..{RECOMPUTE_ROUNDS} LOOP
     BEGIN
+      {unhidden}
       IF {_setting(s.full)} = 'on' THEN
         {_set(s.full, "'off'")}
         {explicit.or_merge(f"{path.full};" if path else "", f"{statements.full};")}
@@ -419,6 +422,17 @@ def _null_key_guard(relation: str, key: tuple[str, ...]) -> str:
     nulls = " OR ".join(f"{q(k)} IS NULL" for k in key)
     message = lit(f"a key column of {relation} can be NULL now (its NOT NULL was dropped)")
     return f"IF EXISTS (SELECT FROM {relation} WHERE {nulls}) THEN RAISE EXCEPTION '%', {message}; END IF;"
+
+
+def _every_row_visible(stream_table: str, sources: list[TableInfo]) -> str:
+    """Fail the maintenance (never the write: it is flagged for the next run) once row-level security
+    applies to the dbt role on a source, as after a policy added since `dbt run`: the role would read
+    fewer rows than the stream table was built from."""
+    hidden = " OR ".join(
+        f"pg_catalog.row_security_active({lit(t.identity)}::pg_catalog.oid)" for t in sources
+    )
+    message = lit(f"row-level security applies to the dbt role on a source of {stream_table}")
+    return f"IF {hidden} THEN RAISE EXCEPTION '%', {message}; END IF;"
 
 
 def storage_sql(stream_table: str, sources: list[TableInfo]) -> str:
