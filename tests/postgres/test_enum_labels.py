@@ -4,11 +4,12 @@ rebuild for IMMEDIATE, at the next run) with the reason. A value added changes n
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from tests.postgres.streams import execute, refresh_and_check
+from tests.postgres.streams import execute, refresh_and_check, value
 
 pytestmark = pytest.mark.postgres
 
@@ -40,3 +41,26 @@ def test_a_renamed_enum_value_is_a_full_refresh(pg_conn: Any, mode: str) -> None
     execute(pg_conn, "INSERT INTO t VALUES (4, 'meh'); UPDATE t SET m = 'happy' WHERE id = 2")
     for name, sql in STREAMS.items():
         refresh_and_check(pg_conn, name, sql, "after ADD VALUE and writes", refresh_mode=mode)
+
+
+def test_capture_installed_before_labels_were_kept_says_so(pg_conn: Any) -> None:
+    """A capture fingerprint without labels (an earlier dbt-ivm): one FULL, named an upgrade."""
+    execute(
+        pg_conn,
+        "CREATE TYPE mood AS ENUM ('sad', 'ok');"
+        "CREATE TABLE t (id int PRIMARY KEY, m mood); INSERT INTO t VALUES (1, 'sad'), (2, 'ok')",
+    )
+    sql = STREAMS["moods_shown"]
+    refresh_and_check(pg_conn, "moods_shown", sql, "create", refresh_mode="differential")
+    state = value(pg_conn, "SELECT state FROM dbt_ivm.change_buffers WHERE source = 'public.t'")
+    state["columns"] = [
+        [part for part in column if not isinstance(part, list)] for column in state["columns"]
+    ]
+    execute(
+        pg_conn, f"UPDATE dbt_ivm.change_buffers SET state = '{json.dumps(state)}' WHERE source = 'public.t'"
+    )
+    result = refresh_and_check(pg_conn, "moods_shown", sql, "after the upgrade", refresh_mode="differential")
+    assert result.action == "FULL" and "upgraded" in (result.reason or ""), result.summary()
+    execute(pg_conn, "INSERT INTO t VALUES (3, 'ok')")
+    result = refresh_and_check(pg_conn, "moods_shown", sql, "then", refresh_mode="differential")
+    assert result.action == "DIFFERENTIAL", result.summary()

@@ -250,6 +250,8 @@ def _reinstall_reason(
         return f"the change buffer of {label} was reset (crash recovery or failover)"
     if now["columns"] != stored["columns"]:
         if _without_labels(now["columns"]) == _without_labels(stored["columns"]):
+            if _without_labels(stored["columns"]) == stored["columns"]:  # installed before labels were kept
+                return f"change capture on {label} was upgraded (it fingerprints enum labels now)"
             return f"an enum type of a column of {label} renamed or added a value (ALTER TYPE)"
         return f"the columns of {label} changed"
     if [oid for oid, _ in now["storage"]] != [oid for oid, _ in stored["storage"]]:
