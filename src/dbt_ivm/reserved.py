@@ -25,6 +25,12 @@ from sqlglot import exp
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.sqltext import HIDDEN_PREFIX
 
+# Why a stream table is rebuilt when only its `__ivm_*` columns differ from the query's layout.
+BOOKKEEPING_DIFFERS = (
+    "its bookkeeping columns differ from those this version of dbt-ivm keeps for the query (a source's "
+    "key changed, or an earlier dbt-ivm built it)"
+)
+
 
 def is_reserved(name: str) -> bool:
     """Does a user name start like the engine's own names? (Spark folds case: compare folded.)"""

@@ -53,7 +53,7 @@ from dbt_ivm.postgres import (
 from dbt_ivm.postgres.catalog import PostgresCatalog, base_types, describe, describe_many
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
-from dbt_ivm.reserved import internal_column, is_reserved, source_relation
+from dbt_ivm.reserved import BOOKKEEPING_DIFFERS, internal_column, is_reserved, source_relation
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from dbt_ivm.sqltext import WEIGHT, q, qn
 
@@ -235,10 +235,7 @@ def shape_change(registered: str, current: str) -> str | None:
         if old_columns.get(name) != new_columns.get(name)
     ]
     if changed and all(is_reserved(c.split(" ", 1)[0]) for c in changed):
-        return (
-            "this version of dbt-ivm keeps the stream table's bookkeeping columns differently "
-            f"({'; '.join(changed[:5])})"
-        )
+        return f"{BOOKKEEPING_DIFFERS} ({'; '.join(changed[:5])})"
     if changed:
         return f"the columns of its query or sources changed ({'; '.join(changed[:5])})"
     return (

@@ -55,7 +55,14 @@ from dbt_ivm.layout import HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
 from dbt_ivm.plan.reads import columns_read
-from dbt_ivm.reserved import internal_column, is_reserved, renamed_select, source_relation, table_of
+from dbt_ivm.reserved import (
+    BOOKKEEPING_DIFFERS,
+    internal_column,
+    is_reserved,
+    renamed_select,
+    source_relation,
+    table_of,
+)
 from dbt_ivm.spark import apply as spark_apply
 from dbt_ivm.spark import (
     auto_cost,
@@ -371,10 +378,7 @@ def _columns_mismatch(spark: Any, spec: StreamTableSpec, compiled: Compiled) -> 
         return None
     differing = {c.lower() for c in stored} ^ {c.lower() for c in expected}
     if all(is_reserved(c) for c in differing):
-        return (
-            "this version of dbt-ivm keeps the stream table's bookkeeping columns differently "
-            f"({', '.join(sorted(differing))})"
-        )
+        return f"{BOOKKEEPING_DIFFERS} ({', '.join(sorted(differing))})"
     return f"the stream table's columns {stored} no longer match its query's {expected}"
 
 
