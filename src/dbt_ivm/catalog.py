@@ -90,6 +90,10 @@ class Catalog(Protocol):
         overloads such a call could resolve to. None when the catalog cannot tell (no such function,
         or a database without volatility in its catalog): the caller judges by name."""
 
+    def set_returning(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
+        """Whether each call may return a set (several rows per input row), as `function_volatilities`
+        resolves calls. None when the catalog cannot tell: the caller judges by name."""
+
 
 class StaticCatalog:
     """A catalog held in memory, for doctests and pure-engine tests.
@@ -108,6 +112,9 @@ class StaticCatalog:
 
     def function_volatilities(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, str | None]:
         return dict.fromkeys(calls)  # holds no functions: calls are judged by name
+
+    def set_returning(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
+        return dict.fromkeys(calls)
 
 
 def views_digest(tables: Iterable[TableInfo], functions: Iterable[str] = ()) -> str:

@@ -204,6 +204,8 @@ def stored_keys(plan: Project) -> list[tuple[Item, str, str]]:
     rows — not those the others determine (`determined.identifying_items`) — with the stream-table
     column that holds each: the query's own output when it selects the key column as it is, else a
     hidden one. Empty: the projection's rows have no key."""
+    if plan.multiplies:  # several rows per input row: no input key identifies them
+        return []
     keys = item_keys(plan.input)
     if keys is None:
         return []

@@ -30,9 +30,9 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import MappingSchema
 
-from dbt_ivm.catalog import Catalog, TableInfo, qualified_name
+from dbt_ivm.catalog import Catalog, FunctionCall, TableInfo, qualified_name
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
-from dbt_ivm.plan import rewrites
+from dbt_ivm.plan import generators, rewrites
 from dbt_ivm.plan.dialects import read_dialect
 from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
 from dbt_ivm.plan.nodes import (
@@ -118,11 +118,13 @@ def build_plan(
     # Before the construct checks: a view left unmerged (a subquery) should be refused for its call.
     refuse_nondeterministic(tree, catalog, schema, model)
     _refuse_unsupported(tree, model)
+    generators.refuse_several_columns(list(tree.selects), model)
     names = list(output_names) if output_names is not None else [s.alias_or_name for s in tree.selects]
     if len(names) != len(tree.selects):
         raise InvalidQuery(model, f"expected {len(tree.selects)} output names, got {len(names)}")
     rename_reserved_columns(tree, tables)
-    return _Planner(tables, model, case_insensitive).query(tree, tuple(names))
+    set_returning = generators.set_returning_calls(tree, catalog)
+    return _Planner(tables, model, case_insensitive, set_returning).query(tree, tuple(names))
 
 
 def inline_ctes(tree: exp.Expr) -> exp.Expr:
@@ -349,8 +351,15 @@ def _subquery_form(node: exp.Expr) -> str:
 class _Planner:
     """Maps a qualified query onto operators, scope by scope (each SELECT, subquery and branch)."""
 
-    def __init__(self, tables: dict[str, TableInfo], model: str, case_insensitive: bool = False) -> None:
+    def __init__(
+        self,
+        tables: dict[str, TableInfo],
+        model: str,
+        case_insensitive: bool = False,
+        set_returning: frozenset[FunctionCall] = frozenset(),
+    ) -> None:
         self.tables, self.model, self.case_insensitive = tables, model, case_insensitive
+        self.set_returning = set_returning
         self.positions = itertools.count()
         self.aliases = itertools.count(1)
 
@@ -439,13 +448,19 @@ class _Planner:
             for name, s in zip(names or tuple(s.alias_or_name for s in selects), selects, strict=True)
         )
         plan: Plan
+        multiplying = generators.multiplying((o.expression for o in outputs), self.set_returning)
         if _is_aggregate(node):
+            if multiplying is not None:
+                self.refuse(
+                    f"set-returning call `{excerpt(multiplying)}` in an aggregate query",
+                    generators.MULTIPLYING_FIX,
+                )
             plan = _aggregate(node, relation, outputs, self.model)
         else:
             for output in outputs:
                 if output.expression.find(exp.Subquery):
                     self.refuse(_subquery_form(next(output.expression.find_all(exp.Subquery))))
-            plan = Project(relation, outputs)
+            plan = Project(relation, outputs, multiplying is not None)
         if node.args.get("limit") or node.args.get("offset"):
             return self.top_k(node, plan)
         return plan

@@ -82,6 +82,7 @@ class Output:
 class Project:
     input: Relation
     outputs: tuple[Output, ...]
+    multiplies: bool = False  # a set-returning call yields several rows per input row (`generators`)
 
     @property
     def names(self) -> tuple[str, ...]:

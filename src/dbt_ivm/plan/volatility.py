@@ -115,9 +115,9 @@ def refuse_nondeterministic(tree: exp.Expr, catalog: Catalog, schema: MappingSch
     volatile calls, stable calls that read only the transaction or session, the clock keywords, and
     date/time literals such as 'now'. Views are expanded already, so their calls are judged too."""
     calls = {
-        (*called, _argument_count(node))
+        (*called, argument_count(node))
         for node in tree.find_all(exp.Func)
-        if (called := _call_name(node)) is not None
+        if (called := call_name(node)) is not None
     }
     volatilities = catalog.function_volatilities(sorted(calls, key=str))  # one look-up for the query
     for node in tree.walk():
@@ -139,8 +139,8 @@ def refuse_nondeterministic(tree: exp.Expr, catalog: Catalog, schema: MappingSch
 def _is_nondeterministic_call(
     node: exp.Func, catalog: Catalog, volatilities: dict[FunctionCall, str | None]
 ) -> bool:
-    count = _argument_count(node)
-    called = _call_name(node)
+    count = argument_count(node)
+    called = call_name(node)
     if called is not None:
         schema, name = called
         volatility = volatilities.get((schema, name, count))
@@ -160,7 +160,7 @@ def _volatility_refused(volatility: str, name: str, count: int) -> bool:
     return volatility == "s" and (count == 0 or (name, count) in CLOCK_WITH_ARGUMENT)
 
 
-def _call_name(node: exp.Func) -> tuple[str | None, str] | None:
+def call_name(node: exp.Func) -> tuple[str | None, str] | None:
     """(schema, name) of the catalog function a call names, as the catalog spells them; None when the
     node is not written as a call (CAST, CASE, an operator)."""
     if isinstance(node, exp.Anonymous):
@@ -191,7 +191,7 @@ def _exact_name(part: object) -> str:
     return (part.name if isinstance(part, exp.Expr) else str(part)).lower()
 
 
-def _argument_count(node: exp.Func) -> int:
+def argument_count(node: exp.Func) -> int:
     if isinstance(node, exp.Anonymous):
         return len(node.expressions)  # `this` is the name
     values = [v for value in node.args.values() for v in (value if isinstance(value, list) else [value])]

@@ -52,6 +52,7 @@ class PostgresCatalog:
         self.seen: list[TableInfo] = []  # every relation looked up (the views among them, for a digest)
         self.function_bodies: list[str] = []  # the user functions a call may reach (for the digest too)
         self.function_oids: list[int] = []  # those functions (`FUNCTION_DEFINITIONS_SQL`)
+        self._set_returning: dict[FunctionCall, bool | None] = {}  # by call, as function_volatilities read it
 
     def lookup(self, schema: str | None, name: str) -> TableInfo | None:
         target = qn(schema, name) if schema else qn(name)
@@ -93,7 +94,7 @@ class PostgresCatalog:
         if not calls:
             return {}
         rows = self.db.rows(
-            "SELECT k.position, max(p.provolatile::text), "
+            "SELECT k.position, max(p.provolatile::text), bool_or(p.proretset), "
             # What a user's function does, as CREATE FUNCTION gives it (an aggregate: its signature).
             "string_agg(p.oid::regprocedure::text || ' ' || CASE WHEN p.prokind = 'a' THEN '' "
             f"ELSE pg_get_functiondef(p.oid) END, E'\\n' ORDER BY p.oid) FILTER (WHERE {USER_FUNCTION}), "
@@ -106,9 +107,17 @@ class PostgresCatalog:
             "GROUP BY k.position ORDER BY k.position",
             ([c[0] for c in calls], [c[1] for c in calls], [c[2] for c in calls]),
         )
-        self.function_bodies.extend(str(row[2]) for row in rows if row[2] is not None)
-        self.function_oids.extend(sorted({int(oid) for row in rows for oid in row[3]}))
+        self.function_bodies.extend(str(row[3]) for row in rows if row[3] is not None)
+        self.function_oids.extend(sorted({int(oid) for row in rows for oid in row[4]}))
+        self._set_returning.update({call: row[2] for call, row in zip(calls, rows, strict=True)})
         return {call: None if row[1] is None else str(row[1]) for call, row in zip(calls, rows, strict=True)}
+
+    def set_returning(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
+        # Asked after function_volatilities for the same calls: no second look-up.
+        missing = [c for c in calls if c not in self._set_returning]
+        if missing:
+            self.function_volatilities(missing)
+        return {call: self._set_returning[call] for call in calls}
 
 
 def describe(db: Db, sql: str) -> list[tuple[str, str]]:

@@ -54,6 +54,9 @@ class SparkCatalog:
     def function_volatilities(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, str | None]:
         return dict.fromkeys(calls)  # Spark's catalog does not record determinism: judged by name
 
+    def set_returning(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
+        return dict.fromkeys(calls)  # nor generators: judged by name
+
     def describe(self, schema: str | None, name: str) -> SparkTable | None:
         schema = schema or str(self.spark.catalog.currentDatabase())
         relation = bt(schema, name)
