@@ -3,7 +3,7 @@
 PostgreSQL's set-returning functions (``unnest``, ``generate_series``, ``jsonb_array_elements``, a
 user's ``RETURNS SETOF``) and Spark's generators (``explode``, ``posexplode``, ``inline``,
 ``stack``) multiply a projection's rows, so no key of its input identifies them: such a projection
-is stored as a multiset. Over an aggregate or a window they are refused, and so is a generator that
+is stored as a multiset. Over an aggregate they are refused, and so is a generator that
 yields several columns (``posexplode(tags) AS (p, tag)``): the stream table could not name them.
 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
