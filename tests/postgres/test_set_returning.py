@@ -42,8 +42,11 @@ def test_set_returning_calls_multiply_rows(pg_conn: Any, mode: str) -> None:
     follow_writes(pg_conn, STREAMS, WRITES, mode)
 
 
-def test_a_set_returning_call_over_an_aggregate_is_refused(pg_conn: Any) -> None:
+def test_a_set_returning_call_over_an_aggregate_or_beside_a_window_is_refused(pg_conn: Any) -> None:
     execute(pg_conn, SOURCES)
+    ranked = "SELECT id, unnest(tags) AS tag, row_number() OVER (PARTITION BY id ORDER BY n) AS r FROM o"
+    with pytest.raises(UnsupportedQuery, match=re.escape('`UNNEST("o"."tags")` beside window functions')):
+        refresh(pg_conn, "ranked", ranked, refresh_mode="differential")
     sql = "SELECT n, unnest(array_agg(id)) AS member FROM o GROUP BY n"
     with pytest.raises(
         UnsupportedQuery,

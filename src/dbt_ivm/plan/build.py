@@ -413,6 +413,12 @@ class _Planner:
             subquery = projection.find(exp.Subquery)
             if subquery is not None:
                 self.refuse(_subquery_form(subquery) + " beside window functions")
+        multiplying = generators.multiplying(node.selects, self.set_returning)
+        if multiplying is not None:
+            self.refuse(
+                f"set-returning call `{excerpt(multiplying)}` beside window functions",
+                generators.MULTIPLYING_FIX,
+            )
         inner, outputs, partition = rewrites.lifted_windows(node, _is_aggregate(node))
         plan: Plan = Window(
             self.query(inner),

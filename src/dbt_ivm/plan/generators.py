@@ -3,8 +3,8 @@
 PostgreSQL's set-returning functions (``unnest``, ``generate_series``, ``jsonb_array_elements``, a
 user's ``RETURNS SETOF``) and Spark's generators (``explode``, ``posexplode``, ``inline``,
 ``stack``) multiply a projection's rows, so no key of its input identifies them: such a projection
-is stored as a multiset. Over an aggregate they are refused, and so is a generator that
-yields several columns (``posexplode(tags) AS (p, tag)``): the stream table could not name them.
+is stored as a multiset. Over an aggregate or beside a window function they are refused, and so is
+a generator that yields several columns (``posexplode(tags) AS (p, tag)``): the stream table could not name them.
 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.plan import build_plan
