@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from dbt_ivm.catalog import Catalog, FunctionCall
 from dbt_ivm.errors import UnsupportedQuery
-from dbt_ivm.plan.volatility import argument_count, call_name
+from dbt_ivm.plan.volatility import call_of, function_calls
 
 # By name, where the catalog cannot tell (Spark's, a StaticCatalog): the built-in generators.
 GENERATOR_NAMES = frozenset(
@@ -57,13 +57,11 @@ MULTIPLYING_FIX = "move the call into a subquery that the query reads, or use re
 
 def set_returning_calls(tree: exp.Expr, catalog: Catalog) -> frozenset[FunctionCall]:
     """The calls in `tree` that may return a set: as the catalog says, else by name."""
-    calls = {(*name, argument_count(node)) for node in tree.find_all(exp.Func) if (name := call_name(node))}
+    calls = function_calls(tree)
     if not calls:
         return frozenset()
-    found = catalog.set_returning(sorted(calls, key=str))
-    return frozenset(
-        c for c in calls if (found.get(c) if found.get(c) is not None else c[1] in GENERATOR_NAMES)
-    )
+    found = catalog.set_returning(calls)
+    return frozenset(c for c in calls if (c[1] in GENERATOR_NAMES if found[c] is None else found[c]))
 
 
 def multiplying(expressions: Iterable[exp.Expr], set_returning: frozenset[FunctionCall]) -> exp.Func | None:
@@ -72,8 +70,7 @@ def multiplying(expressions: Iterable[exp.Expr], set_returning: frozenset[Functi
         for node in expression.find_all(exp.Func):
             if isinstance(node.find_ancestor(exp.Subquery, exp.Select), exp.Subquery):
                 continue  # a subquery's own rows
-            name = call_name(node)
-            if isinstance(node, exp.UDTF) or (name and (*name, argument_count(node)) in set_returning):
+            if isinstance(node, exp.UDTF) or call_of(node) in set_returning:
                 return node
     return None
 

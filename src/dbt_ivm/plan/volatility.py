@@ -114,12 +114,7 @@ def refuse_nondeterministic(tree: exp.Expr, catalog: Catalog, schema: MappingSch
     """Refuse any value that can differ between the refresh that stored a row and a recomputation:
     volatile calls, stable calls that read only the transaction or session, the clock keywords, and
     date/time literals such as 'now'. Views are expanded already, so their calls are judged too."""
-    calls = {
-        (*called, argument_count(node))
-        for node in tree.find_all(exp.Func)
-        if (called := call_name(node)) is not None
-    }
-    volatilities = catalog.function_volatilities(sorted(calls, key=str))  # one look-up for the query
+    volatilities = catalog.function_volatilities(function_calls(tree))  # one look-up for the query
     for node in tree.walk():
         if isinstance(node, SQL_VALUE_FUNCTIONS):
             raise UnsupportedQuery(
@@ -158,6 +153,17 @@ def _volatility_refused(volatility: str, name: str, count: int) -> bool:
     # arguments that is all it can depend on (now(), txid_current(), current_database()); with
     # arguments it is a function of them for fixed settings (to_char, timezone), bar age(ts).
     return volatility == "s" and (count == 0 or (name, count) in CLOCK_WITH_ARGUMENT)
+
+
+def function_calls(tree: exp.Expr) -> list[FunctionCall]:
+    """Every catalog function `tree` calls, once each, in a stable order (how catalogs are asked)."""
+    return sorted({call for node in tree.find_all(exp.Func) if (call := call_of(node)) is not None}, key=str)
+
+
+def call_of(node: exp.Func) -> FunctionCall | None:
+    """The catalog function a call names, with its argument count (None: not written as a call)."""
+    called = call_name(node)
+    return None if called is None else (*called, argument_count(node))
 
 
 def call_name(node: exp.Func) -> tuple[str | None, str] | None:
