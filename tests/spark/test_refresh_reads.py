@@ -53,11 +53,11 @@ def test_metrics_that_never_arrive_are_computed_from_the_pinned_rows(
     monkeypatch.setattr(observed, "WAIT_SECONDS", 0.2)
     idle = Observation("never_run")
     spark.range(3).observe(idle, F.count(F.lit(1)))
-    assert observed._delivered(idle) is None
+    assert observed._delivered(idle, ["count(1)"]) is None
     # Then a pin whose metrics do not arrive, or arrive without them (an empty row), answers from a
     # query over the rows it kept.
     for delivered in (None, {}):
-        monkeypatch.setattr(observed, "_delivered", lambda observation, answer=delivered: answer)
+        monkeypatch.setattr(observed, "_delivered", lambda observation, names, answer=delivered: answer)
         views = TempViews(spark)
         try:
             _, values = views.observed("late", views.frame("SELECT id AS v FROM range(1, 5)"), COUNTS)

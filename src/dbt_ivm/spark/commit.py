@@ -33,6 +33,7 @@ from typing import Any
 
 from dbt_ivm.errors import IvmError
 from dbt_ivm.spark.iceberg import REPLACE, TableName, load_table
+from dbt_ivm.spark.jvm import java_class
 
 FRONTIER_PROPERTY = "dbt-ivm.frontier"
 FINGERPRINT_PROPERTY = "dbt-ivm.fingerprint"
@@ -128,14 +129,13 @@ def commit_with(spark: Any, table: TableName, stamp: Stamp, action: Callable[[],
 
     context = spark.sparkContext
     ensure_callback_server_started(context._gateway)  # type: ignore[no-untyped-call]
-    jvm = context._jvm
-    properties = jvm.java.util.HashMap()
+    properties = java_class(spark, "java.util.HashMap")()
     for key, value in stamp.properties().items():
         properties.put(key, value)
     callback = _Callback(action)
     try:
-        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
-            properties, callback, jvm.java.lang.RuntimeException().getClass()
+        java_class(spark, "org.apache.iceberg.spark.CommitMetadata").withCommitProperties(
+            properties, callback, java_class(spark, "java.lang.RuntimeException")().getClass()
         )
     except Exception:
         if callback.error is not None:

@@ -15,6 +15,8 @@ import json
 from collections.abc import Collection
 from typing import Any
 
+from dbt_ivm.spark.jvm import items
+
 Fields = dict[str, dict[str, int]]  # by source (qualified name): column name -> field id
 
 
@@ -26,7 +28,7 @@ def field_ids(loaded: Any, snapshot_id: int | None, columns: Collection[str] | N
         return {}
     return {
         str(f.name()): int(f.fieldId())
-        for f in schema.columns()
+        for f in items(schema.columns())
         if columns is None or str(f.name()) in columns
     }
 
@@ -37,7 +39,7 @@ def names_at(loaded: Any, snapshot_id: int, now: dict[str, int]) -> dict[str, st
     schema = _schema(loaded, snapshot_id)
     if schema is None:
         return {}
-    then = {int(f.fieldId()): str(f.name()) for f in schema.columns()}
+    then = {int(f.fieldId()): str(f.name()) for f in items(schema.columns())}
     return {name: then.get(field) for name, field in now.items() if then.get(field) != name}
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dbt_ivm.errors import IvmError
+from dbt_ivm.spark.jvm import java_class
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -99,14 +100,14 @@ def count(value: str | None) -> int:
 
 def load_table(spark: SparkSession, table: TableName) -> Any:
     """Iceberg's Java Table object, freshly loaded (another process may have committed)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
     name = quoted_name(table)
     # Without an active session on this JVM thread (a dbt worker thread that did not create the
     # session), the session catalog answers with a plain V1 table instead of the Iceberg one.
-    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    java_class(spark, "org.apache.spark.sql.SparkSession").setActiveSession(spark._jsparkSession)
     try:
-        loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+        loaded = java_class(spark, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(
+            spark._jsparkSession, name
+        )
     except Exception as error:
         text = str(error)
         if "is not an Iceberg table" in text or "not an Iceberg table" in text.lower():

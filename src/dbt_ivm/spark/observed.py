@@ -21,6 +21,8 @@ from typing import Any
 
 from sqlglot import exp
 
+from dbt_ivm.spark.jvm import values_of
+
 DIALECT = "spark"
 # How long to wait for the listener after the action returned (it is usually a few milliseconds).
 WAIT_SECONDS = 30.0
@@ -43,7 +45,7 @@ def pin(frame: Any, view: str, metrics: Sequence[exp.Expr] = ()) -> tuple[Any, t
     columns = [F.expr(m.sql(DIALECT)).alias(n) for m, n in zip(metrics, names, strict=True)]
     pinned = frame.observe(observation, *columns).localCheckpoint(eager=True)
     pinned.createOrReplaceTempView(view)
-    values = _delivered(observation)
+    values = _delivered(observation, names)
     if values is None or any(n not in values for n in names):  # late, or dropped by Spark
         query = exp.select(*(m.copy() for m in metrics)).from_(exp.table_(view, quoted=True))
         return pinned, tuple(frame.sparkSession.sql(query.sql(DIALECT)).collect()[0])
@@ -58,11 +60,16 @@ def free(pinned: Any) -> None:
         plan.rdd().unpersist(False)
 
 
-def _delivered(observation: Any) -> dict[str, Any] | None:
-    """The observation's values, or None when they did not arrive in `WAIT_SECONDS`."""
+def _delivered(observation: Any, names: list[str]) -> dict[str, Any] | None:
+    """The observation's values of `names`, or None when they did not arrive in `WAIT_SECONDS`."""
     found: dict[str, Any] = {}
-    # Observation.get blocks without a timeout: wait for it on a thread that may be left behind.
-    waiter = threading.Thread(target=lambda: found.update(observation.get), daemon=True)
+
+    def wait() -> None:
+        # What Observation.get waits on (without a timeout), read by name: Observation.get iterates
+        # the Java map, which costs a JVM exception at its end (`jvm`).
+        found.update(values_of(observation._jo.getAsJava(), names))
+
+    waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
     waiter.join(WAIT_SECONDS)
     return found if not waiter.is_alive() else None

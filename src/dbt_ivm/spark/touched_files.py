@@ -39,6 +39,7 @@ from typing import Any
 
 from dbt_ivm.spark.carried_columns import Carried
 from dbt_ivm.spark.iceberg import Snapshot, TableName, load_table, quote_identifier, quoted_name, sql_string
+from dbt_ivm.spark.jvm import java_class
 from dbt_ivm.sqltext import SEQ, WEIGHT
 
 # Formats whose position delete files Spark reads without Iceberg (Avro needs a package).
@@ -136,7 +137,7 @@ def create_touched_files_view(
             (snapshots[-1], 1, revived_in, revived),
         ]
         images += found.added_deletes.records + found.removed_deletes.records
-    manager = spark.sparkContext._jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
+    manager = java_class(spark, "org.apache.iceberg.spark.ScanTaskSetManager").get()
     staged: list[str] = []
 
     def release() -> None:
@@ -169,7 +170,7 @@ def create_touched_files_view(
     def read_at(snapshot: int, files: frozenset[str], positions: Any) -> tuple[Any, int] | None:
         """The rows of `files` at `snapshot` (those at `positions`, when given), and how many the
         files hold; None when none of them is live there."""
-        tasks = spark.sparkContext._jvm.java.util.ArrayList()
+        tasks = java_class(spark, "java.util.ArrayList")()
         records = 0
         for location, task in tasks_at(snapshot).items():
             if location in files:
@@ -223,7 +224,7 @@ def _no_rows_like(spark: Any, frame: Any) -> Any:
     """An empty local relation with `frame`'s columns (built in the JVM: no Python rows, no table)."""
     from pyspark.sql import DataFrame
 
-    rows = spark.sparkContext._jvm.java.util.ArrayList()
+    rows = java_class(spark, "java.util.ArrayList")()
     return DataFrame(spark._jsparkSession.createDataFrame(rows, frame._jdf.schema()), spark)
 
 
@@ -234,9 +235,7 @@ def segment_files(spark: Any, loaded: Any, chain: Sequence[int]) -> SegmentFiles
     # The one data file a delete file names: the file-scoped ones say so; a partition-scoped one
     # whose path column's lower and upper bounds are equal names it too (Iceberg keeps that
     # column's bounds whole).
-    single_file_of = (
-        spark.sparkContext._jvm.org.apache.iceberg.util.ContentFileUtil.referencedDataFileLocation
-    )
+    single_file_of = java_class(spark, "org.apache.iceberg.util.ContentFileUtil").referencedDataFileLocation
     data_added: dict[str, Any] = {}  # location: the file's metadata
     data_removed: dict[str, Any] = {}
     deletes_added: dict[str, Any] = {}

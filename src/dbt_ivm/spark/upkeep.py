@@ -31,6 +31,7 @@ from typing import Any
 
 from dbt_ivm.spark.commit import stamped_snapshot
 from dbt_ivm.spark.iceberg import TableName, count, load_table, quoted_name
+from dbt_ivm.spark.jvm import java_class
 
 COMPACT_AT_FILES = 64
 CATALOG_SNAPSHOT_SECONDS = 600
@@ -77,7 +78,7 @@ def tidy_catalog_table(spark: Any, table: TableName) -> None:
     snapshot = loaded.currentSnapshot()
     if snapshot is None or files(snapshot.summary()) < COMPACT_AT_FILES:
         return
-    actions = spark.sparkContext._jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+    actions = java_class(spark, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
     actions.rewriteDataFiles(loaded).option("rewrite-all", "true").execute()
     loaded.refresh()
     if count(loaded.currentSnapshot().summary().get("total-delete-files")):
