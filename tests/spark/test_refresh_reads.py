@@ -34,7 +34,16 @@ def copy_of_orders(spark: Any, s: str) -> str:
     return f"SELECT id, amount FROM {s}.orders"
 
 
-def test_metrics_come_out_of_the_pin(spark: Any) -> None:
+def test_metrics_come_out_of_the_pin(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each pin's metrics arrive with its job, every one of them: no query of their own follows.
+    answers: list[dict[str, Any] | None] = []
+    delivered = observed._delivered
+
+    def recorded(observation: Any, names: list[str]) -> dict[str, Any] | None:
+        answers.append(delivered(observation, names))
+        return answers[-1]
+
+    monkeypatch.setattr(observed, "_delivered", recorded)
     views = TempViews(spark)
     try:
         some, values = views.observed("some", views.frame("SELECT id AS v FROM range(1, 11)"), COUNTS)
@@ -42,6 +51,7 @@ def test_metrics_come_out_of_the_pin(spark: Any) -> None:
         assert spark.sql(f"SELECT count(*) FROM {some.sql('spark')}").first()[0] == 10
         _, none = views.observed("none", views.frame("SELECT id AS v FROM range(5) WHERE id > 9"), COUNTS)
         assert none == (0, None, None)
+        assert [sorted(a or {}) for a in answers] == [["m0", "m1", "m2"]] * 2
     finally:
         views.drop()
 
