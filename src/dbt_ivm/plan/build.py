@@ -118,7 +118,9 @@ def build_plan(
     # Before the construct checks: a view left unmerged (a subquery) should be refused for its call.
     refuse_nondeterministic(tree, catalog, schema, model)
     _refuse_unsupported(tree, model)
-    generators.refuse_several_columns(list(tree.selects), model)
+    generators.refuse_several_columns(
+        list(tree.selects), model, None if output_names is None else len(output_names)
+    )
     names = list(output_names) if output_names is not None else [s.alias_or_name for s in tree.selects]
     if len(names) != len(tree.selects):
         raise InvalidQuery(model, f"expected {len(tree.selects)} output names, got {len(names)}")

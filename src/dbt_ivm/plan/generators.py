@@ -75,10 +75,20 @@ def multiplying(expressions: Iterable[exp.Expr], set_returning: frozenset[Functi
     return None
 
 
-def refuse_several_columns(selects: list[exp.Expr], model: str) -> None:
-    """Refuse a SELECT item that yields several columns (a generator with `AS (a, b)`, or `inline`)."""
+def refuse_several_columns(selects: list[exp.Expr], model: str, output_count: int | None = None) -> None:
+    """Refuse a SELECT item that yields several columns (a generator with `AS (a, b)`, or `inline`).
+
+    `output_count`: how many columns the engine says the query has. More than its SELECT items means
+    a call without `AS (…)` yielded several (`json_tuple(j, 'a', 'b')`, `posexplode(tags)`): the
+    first call among the items is named."""
     for item in selects:
         if isinstance(item, exp.Aliases) or isinstance(item.unalias(), exp.Inline):
-            raise UnsupportedQuery(
-                model, f"a call that yields several columns `{item.sql('spark')}`", MULTIPLYING_FIX
-            )
+            raise UnsupportedQuery(model, _several(item), MULTIPLYING_FIX)
+    if output_count is not None and output_count > len(selects):
+        calls = [item for item in selects if isinstance(item.unalias(), exp.Func)]
+        if calls:
+            raise UnsupportedQuery(model, _several(calls[0]), MULTIPLYING_FIX)
+
+
+def _several(item: exp.Expr) -> str:
+    return f"a call that yields several columns `{item.sql('spark')}`"
