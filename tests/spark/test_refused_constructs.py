@@ -1,7 +1,8 @@
 """Constructs no rule maintains on Spark, each refused by name in differential mode and refreshed FULL
 with that reason by AUTO, staying equal to its query (each was planned without them before, or
 summed in a way that drifts): a running SUM or AVG over double (1e16 + 1 − 1e16 is 0), time travel
-(a fixed snapshot never changes), TABLESAMPLE, PIVOT and LATERAL VIEW (dropped from the plan)."""
+(a fixed snapshot never changes), TABLESAMPLE, PIVOT and LATERAL VIEW (dropped from the plan), and a
+struct's fields as `st.*` (whose fix names Spark's way, not PostgreSQL's)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ def test_unmaintained_constructs_are_refused_by_name_and_refreshed_full(
     spark: Any, spark_schema: str
 ) -> None:
     s = spark_schema
-    spark.sql(f"CREATE TABLE {s}.d (id int, g string, v double, arr array<int>) USING iceberg")
     spark.sql(
-        f"INSERT INTO {s}.d VALUES (1, 'a', 1e16, array(1, 2)), (2, 'b', 1.0, array()), (3, 'a', 2.0, array(3))"
+        f"CREATE TABLE {s}.d (id int, g string, v double, arr array<int>, st struct<a:int,b:string>) USING iceberg"
+    )
+    spark.sql(
+        f"INSERT INTO {s}.d VALUES (1, 'a', 1e16, array(1, 2), named_struct('a', 1, 'b', 'x')), "
+        "(2, 'b', 1.0, array(), NULL), (3, 'a', 2.0, array(3), named_struct('a', 3, 'b', NULL))"
     )
     snapshot = spark.sql(
         f"SELECT snapshot_id FROM {s}.d.snapshots ORDER BY committed_at DESC LIMIT 1"
@@ -37,14 +41,17 @@ def test_unmaintained_constructs_are_refused_by_name_and_refreshed_full(
             "PIVOT",
         ),
         "exploded": (f"SELECT id, x FROM {s}.d LATERAL VIEW explode(arr) t AS x", "LATERAL VIEW"),
+        "fields": (f"SELECT id, st.* FROM {s}.d", "whole-row reference"),
     }
+    with pytest.raises(UnsupportedQuery, match=re.escape("(`v.a, v.b`)") + ".*named_struct on Spark"):
+        run_stream_table(spark, make_spec(s, "fields", queries["fields"][0], refresh_mode="differential"))
     for name, (sql, construct) in queries.items():
         with pytest.raises(UnsupportedQuery, match=re.escape(construct) + f".*in model {name}"):
             run_stream_table(spark, make_spec(s, name, sql, refresh_mode="differential"))
         if name != "sampled":  # a sample is not deterministic: no oracle
             refresh_and_check(spark, s, name, sql, "create")
     spark.sql(f"DELETE FROM {s}.d WHERE id = 1")
-    spark.sql(f"INSERT INTO {s}.d VALUES (4, 'b', 3.0, array(4, 4))")
+    spark.sql(f"INSERT INTO {s}.d VALUES (4, 'b', 3.0, array(4, 4), named_struct('a', 4, 'b', 'y'))")
     for name, (sql, construct) in queries.items():
         if name != "sampled":
             result = refresh_and_check(spark, s, name, sql, "after writes")

@@ -280,7 +280,8 @@ def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
             raise UnsupportedQuery(
                 model,
                 f"whole-row reference `{excerpt(node.parent or node)}`",
-                "name the columns it should hold, e.g. jsonb_build_object('id', o.id, …)",
+                "name the columns or fields it should hold (`v.a, v.b`), or build the value from named "
+                "columns (jsonb_build_object('id', o.id, …) on PostgreSQL, named_struct on Spark)",
             )
         if isinstance(node, exp.Query):
             for clause, construct in (("limit", "LIMIT"), ("offset", "OFFSET")):
