@@ -94,6 +94,10 @@ class Catalog(Protocol):
         """Whether each call may return a set (several rows per input row), as `function_volatilities`
         resolves calls. None when the catalog cannot tell: the caller judges by name."""
 
+    def aggregates(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
+        """Whether each call may be an aggregate (several rows in, one value out), as
+        `function_volatilities` resolves calls. None when the catalog cannot tell: judged by name."""
+
 
 class StaticCatalog:
     """A catalog held in memory, for doctests and pure-engine tests.
@@ -114,6 +118,9 @@ class StaticCatalog:
         return dict.fromkeys(calls)  # holds no functions: calls are judged by name
 
     def set_returning(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
+        return dict.fromkeys(calls)
+
+    def aggregates(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
         return dict.fromkeys(calls)
 
 

@@ -56,6 +56,7 @@ from dbt_ivm.plan.nodes import (
     Window,
     all_items,
 )
+from dbt_ivm.plan.unknown_aggregates import refuse_unknown_aggregates
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
 from dbt_ivm.reserved import internal_columns
 
@@ -125,6 +126,7 @@ def build_plan(
     if len(names) != len(tree.selects):
         raise InvalidQuery(model, f"expected {len(tree.selects)} output names, got {len(names)}")
     rename_reserved_columns(tree, tables)
+    refuse_unknown_aggregates(tree, catalog, model)
     set_returning = generators.set_returning_calls(tree, catalog)
     return _Planner(tables, model, case_insensitive, set_returning).query(tree, tuple(names))
 

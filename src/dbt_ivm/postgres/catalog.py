@@ -53,6 +53,7 @@ class PostgresCatalog:
         self.function_bodies: list[str] = []  # the user functions a call may reach (for the digest too)
         self.function_oids: list[int] = []  # those functions (`FUNCTION_DEFINITIONS_SQL`)
         self._set_returning: dict[FunctionCall, bool | None] = {}  # by call, as function_volatilities read it
+        self._aggregates: dict[FunctionCall, bool | None] = {}  # the same
 
     def lookup(self, schema: str | None, name: str) -> TableInfo | None:
         target = qn(schema, name) if schema else qn(name)
@@ -98,7 +99,8 @@ class PostgresCatalog:
             # What a user's function does, as CREATE FUNCTION gives it (an aggregate: its signature).
             "string_agg(p.oid::regprocedure::text || ' ' || CASE WHEN p.prokind = 'a' THEN '' "
             f"ELSE pg_get_functiondef(p.oid) END, E'\\n' ORDER BY p.oid) FILTER (WHERE {USER_FUNCTION}), "
-            f"COALESCE(array_agg(p.oid::bigint) FILTER (WHERE {USER_FUNCTION}), '{{}}') "
+            f"COALESCE(array_agg(p.oid::bigint) FILTER (WHERE {USER_FUNCTION}), '{{}}'), "
+            "bool_or(p.prokind = 'a') "
             "FROM unnest(%s::name[], %s::name[], %s::int[]) WITH ORDINALITY AS k(schema, name, nargs, position) "
             "LEFT JOIN pg_proc p ON p.proname = k.name AND p.prokind <> 'p' "
             "AND k.nargs >= p.pronargs - p.pronargdefaults AND (k.nargs <= p.pronargs OR p.provariadic <> 0) "
@@ -110,6 +112,7 @@ class PostgresCatalog:
         self.function_bodies.extend(str(row[3]) for row in rows if row[3] is not None)
         self.function_oids.extend(sorted({int(oid) for row in rows for oid in row[4]}))
         self._set_returning.update({call: row[2] for call, row in zip(calls, rows, strict=True)})
+        self._aggregates.update({call: row[5] for call, row in zip(calls, rows, strict=True)})
         return {call: None if row[1] is None else str(row[1]) for call, row in zip(calls, rows, strict=True)}
 
     def set_returning(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
@@ -118,6 +121,12 @@ class PostgresCatalog:
         if missing:
             self.function_volatilities(missing)
         return {call: self._set_returning[call] for call in calls}
+
+    def aggregates(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
+        missing = [c for c in calls if c not in self._aggregates]
+        if missing:
+            self.function_volatilities(missing)
+        return {call: self._aggregates[call] for call in calls}
 
 
 def describe(db: Db, sql: str) -> list[tuple[str, str]]:

@@ -40,6 +40,9 @@ class SparkTable:
         return self.provider.lower() == "iceberg"
 
 
+BUILTIN_EXPRESSIONS = "org.apache.spark.sql.catalyst.expressions."
+
+
 class SparkCatalog:
     """Resolves `schema.name` with the session's current catalog; remembers what it looked up."""
 
@@ -56,6 +59,22 @@ class SparkCatalog:
 
     def set_returning(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
         return dict.fromkeys(calls)  # nor generators: judged by name
+
+    def aggregates(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
+        """By the class Spark's function registry names: its built-in aggregates live in one package
+        (`every` is BoolAnd, `bit_or` BitOrAgg). A user's function's class cannot tell: None."""
+        return {call: self._builtin_aggregate(call) for call in calls}
+
+    def _builtin_aggregate(self, call: FunctionCall) -> bool | None:
+        schema, name, _ = call
+        try:
+            found = self.spark.catalog.getFunction(bt(schema, name) if schema else bt(name))
+        except Exception:  # no such function (the query's own analysis says why)
+            return None
+        class_name = str(found.className or "")
+        if not class_name.startswith(BUILTIN_EXPRESSIONS):
+            return None
+        return ".aggregate." in class_name
 
     def describe(self, schema: str | None, name: str) -> SparkTable | None:
         schema = schema or str(self.spark.catalog.currentDatabase())
