@@ -43,7 +43,9 @@ def test_generators_multiply_rows(spark: Any, spark_schema: str) -> None:
         # Without names, Spark calls the columns pos/col and c0/c1: more columns than SELECT items.
         "positioned_unnamed": (f"SELECT id, posexplode(tags) FROM {s}.o", "posexplode"),
         "parsed": (
-            f"SELECT id, json_tuple(to_json(named_struct('a', id, 'b', tags)), 'a', 'b') FROM {s}.o",
+            # The call named is the generator, not the per-row call before it.
+            f"SELECT id, upper(string(id)) AS u, json_tuple(to_json(named_struct('a', id, 'b', tags)), 'a', 'b') "
+            f"FROM {s}.o",
             "json_tuple",
         ),
     }

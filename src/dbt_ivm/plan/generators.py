@@ -52,6 +52,8 @@ GENERATOR_NAMES = frozenset(
         "string_to_table",
     }
 )
+# Generators whose columns Spark names itself when the query does not (c0, c1, …).
+SEVERAL_COLUMNS = GENERATOR_NAMES | {"json_tuple"}
 MULTIPLYING_FIX = "move the call into a subquery that the query reads, or use refresh_mode='auto' (FULL)"
 
 
@@ -86,8 +88,15 @@ def refuse_several_columns(selects: list[exp.Expr], model: str, output_count: in
             raise UnsupportedQuery(model, _several(item), MULTIPLYING_FIX)
     if output_count is not None and output_count > len(selects):
         calls = [item for item in selects if isinstance(item.unalias(), exp.Func)]
+        # The generators first: `upper(g)` beside `json_tuple(…)` yields one column.
+        calls.sort(key=lambda item: not _generator(item.unalias()))
         if calls:
             raise UnsupportedQuery(model, _several(calls[0]), MULTIPLYING_FIX)
+
+
+def _generator(node: exp.Expr) -> bool:
+    called = call_of(node) if isinstance(node, exp.Func) else None
+    return isinstance(node, exp.UDTF) or (called is not None and called[1].lower() in SEVERAL_COLUMNS)
 
 
 def _several(item: exp.Expr) -> str:

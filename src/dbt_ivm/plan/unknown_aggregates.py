@@ -1,7 +1,7 @@
 """Planner pass: refuse an aggregate that sqlglot parses as a plain function.
 
-sqlglot knows ``sum``, ``bool_and`` or ``max_by`` as aggregates, but not ``every``, ``bit_or``, Spark's
-``some``/``any``, nor a user's ``CREATE AGGREGATE``: it parses them as calls of a per-row function.
+sqlglot knows ``sum``, ``bool_and`` or ``max_by`` as aggregates, but not ``every``, Spark's
+``some``/``any``/``try_sum``, nor a user's ``CREATE AGGREGATE``: it parses them as calls of a per-row function.
 Planned so, the aggregate would be taken for a grouping value, splitting each group by it, and the
 stream table would be wrong from its first build. The catalog says which calls are aggregates
 (PostgreSQL's ``prokind``, Spark's function registry), else a list of names does; each one is refused
