@@ -14,7 +14,7 @@ import pytest
 from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 from dbt_ivm.errors import UnsupportedQuery
 from dbt_ivm.plan import build_plan
-from tests.postgres.streams import TWENTY_ORDERS, execute, history, refresh, refresh_and_check
+from tests.postgres.streams import TWENTY_ORDERS, execute, follow_writes, history, refresh, refresh_and_check
 from tests.postgres.test_randomized import seeded_shop
 
 pytestmark = pytest.mark.postgres
@@ -358,6 +358,17 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
         ),
         # Planned without its sample before; SYSTEM (100) keeps every row, so the oracle holds.
         ("SELECT id, amount FROM orders TABLESAMPLE SYSTEM (100)", "TABLESAMPLE `"),
+        # Planned as LIMIT 0 before: the stream table was empty from its first build.
+        ("SELECT id, amount FROM orders ORDER BY id OFFSET 3", "`OFFSET 3` without `LIMIT`"),
+        # Failed to plan in every mode before ("Unknown column"): its body reads itself.
+        (
+            "WITH RECURSIVE steps(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM steps WHERE n < 3) "
+            "SELECT o.id, steps.n FROM orders o, steps",
+            "WITH RECURSIVE `steps`",
+        ),
+        # Failed to plan in every mode before ("could not be resolved").
+        ("SELECT id, xmin::text AS version FROM orders", 'system column `"xmin"`'),
+        ("SELECT id, amount FROM orders ORDER BY amount FETCH FIRST 3 ROWS WITH TIES", "WITH TIES`"),
     ],
 )
 def test_refusals_name_the_construct_and_auto_recomputes(pg_conn: Any, sql: str, construct: str) -> None:
@@ -370,3 +381,19 @@ def test_refusals_name_the_construct_and_auto_recomputes(pg_conn: Any, sql: str,
     execute(pg_conn, "UPDATE orders SET amount = amount + 1")
     result = refresh_and_check(pg_conn, "refused", sql)
     assert result.action == "FULL" and construct in (result.reason or ""), result.summary()
+
+
+@pytest.mark.parametrize("mode", ["differential", "immediate"])
+def test_fetch_first_rows_only_is_a_limit(pg_conn: Any, mode: str) -> None:
+    """The SQL standard's spelling of LIMIT (refused as "not a whole number" before)."""
+    execute(pg_conn, TWENTY_ORDERS)
+    streams = {
+        "fetched": "SELECT id, amount FROM orders ORDER BY amount DESC, id OFFSET 1 ROWS FETCH FIRST 3 ROWS ONLY",
+        "first": "SELECT id, customer FROM orders ORDER BY customer, id FETCH FIRST ROW ONLY",
+    }
+    writes = [
+        "INSERT INTO orders VALUES (21, 'c0', 100), (22, 'a', 5)",
+        "UPDATE orders SET amount = 0 WHERE id IN (20, 19)",
+        "DELETE FROM orders WHERE id IN (1, 4, 21)",
+    ]
+    follow_writes(pg_conn, streams, writes, mode)

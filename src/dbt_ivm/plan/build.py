@@ -113,6 +113,8 @@ def build_plan(
         tree = merge_subqueries(tree)
         tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
     except OptimizeError as error:
+        if dialect == "postgres":
+            _refuse_system_columns(tree, model)
         raise InvalidQuery(model, str(error)) from error
     if not isinstance(tree, exp.Query):
         raise UnsupportedQuery(model, f"top-level `{type(tree).__name__.upper()}`", "write a single SELECT")
@@ -308,9 +310,28 @@ def _refuse_unmaintained_clauses(tree: exp.Expr, model: str) -> None:
                 fix = "UNION ALL one SELECT per column"
         elif isinstance(node, exp.Lateral) and node.args.get("view"):
             construct, fix = "LATERAL VIEW", "use refresh_mode='full'"
+        elif isinstance(node, exp.With) and node.args.get("recursive"):
+            # Its body reads itself: inlined, the self-reference would be an unknown table.
+            names = ", ".join(cte.alias_or_name for cte in node.expressions)
+            raise UnsupportedQuery(model, f"WITH RECURSIVE `{names}`", "use refresh_mode='full'")
         else:
             continue
         raise UnsupportedQuery(model, f"{construct} `{excerpt(node.parent or node)}`", fix)
+
+
+# PostgreSQL's columns of every table, which no user column may be named: qualify cannot find them.
+SYSTEM_COLUMNS = ("ctid", "xmin", "xmax", "cmin", "cmax", "tableoid")
+
+
+def _refuse_system_columns(tree: exp.Expr, model: str) -> None:
+    for column in tree.find_all(exp.Column):
+        if column.name in SYSTEM_COLUMNS:
+            raise UnsupportedQuery(
+                model,
+                f"system column `{excerpt(column)}`",
+                "select the table's own columns (VACUUM FULL and CLUSTER move rows without a write to"
+                " capture), or use refresh_mode='full'",
+            )
 
 
 def _whole_row(node: exp.Expr) -> bool:
@@ -480,6 +501,9 @@ class _Planner:
         """`ORDER BY … LIMIT n OFFSET m` over `plan`, the order mapped onto its output names."""
         limit, offset = node.args.get("limit"), node.args.get("offset")
         order = node.args.get("order")
+        if limit is None and offset is not None:
+            # Every row past the first m is stored: any change moves rows in or out.
+            self.refuse(f"`{excerpt(offset)}` without `LIMIT`", "add a LIMIT, or use refresh_mode='full'")
         if order is None:
             self.refuse("`LIMIT` without `ORDER BY`", "order by columns that make the first rows unique")
         aliases = [s.alias_or_name for s in node.selects]
@@ -506,6 +530,11 @@ class _Planner:
         if clause is None:
             return 0
         value = clause.args.get("expression") if isinstance(clause, exp.Limit | exp.Offset) else None
+        if isinstance(clause, exp.Fetch):
+            options = clause.args.get("limit_options")
+            if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
+                self.refuse(f"`{excerpt(clause)}`", "order by columns that make the first rows unique")
+            value = clause.args.get("count") or exp.Literal.number(1)  # FETCH FIRST ROW ONLY
         if not isinstance(value, exp.Literal) or value.is_string or not value.this.isdigit():
             self.refuse(f"`{construct}` `{excerpt(clause)}`", f"write {construct} as a whole number")
         return int(value.this)
