@@ -397,3 +397,22 @@ def test_fetch_first_rows_only_is_a_limit(pg_conn: Any, mode: str) -> None:
         "DELETE FROM orders WHERE id IN (1, 4, 21)",
     ]
     follow_writes(pg_conn, streams, writes, mode)
+
+
+def test_a_filtered_window_aggregate_is_a_window_function(pg_conn: Any) -> None:
+    """`count(*) FILTER (WHERE …) OVER (…)`: the call under FILTER was planned as an aggregate below
+    the window before."""
+    execute(pg_conn, TWENTY_ORDERS)
+    streams = {
+        "big_orders_per_customer": (
+            "SELECT id, customer, count(*) FILTER (WHERE amount > 10) OVER (PARTITION BY customer) AS big, "
+            "sum(amount) FILTER (WHERE amount < 15) OVER (PARTITION BY customer ORDER BY id) AS small_so_far "
+            "FROM orders"
+        ),
+    }
+    writes = [
+        "INSERT INTO orders VALUES (21, 'c0', 100), (22, 'c1', 5)",
+        "UPDATE orders SET amount = 1 WHERE id IN (20, 19)",
+        "DELETE FROM orders WHERE id IN (1, 4, 21)",
+    ]
+    follow_writes(pg_conn, streams, writes, "differential")

@@ -76,7 +76,10 @@ def as_union_of_groupings(select: exp.Select, sets: list[list[exp.Expr]]) -> exp
     >>> print(as_union_of_groupings(q, grouping_sets(q)).sql())
     SELECT a, b, SUM(x) AS s, 0 AS g FROM t GROUP BY a, b UNION ALL SELECT a, NULL AS "b", SUM(x) AS s, 1 AS g FROM t GROUP BY a UNION ALL SELECT NULL AS "a", NULL AS "b", SUM(x) AS s, 1 AS g FROM t
     """
-    every = [k for s in sets for k in s]
+    every: list[exp.Expr] = []
+    for key in (k for s in sets for k in s):
+        if key not in every:
+            every.append(key)
     branches: list[exp.Select] = []
     for keys in sets:
         absent = [k for k in every if k not in keys]
@@ -85,7 +88,7 @@ def as_union_of_groupings(select: exp.Select, sets: list[list[exp.Expr]]) -> exp
         branch.set("group", exp.Group(expressions=[k.copy() for k in keys]) if keys else None)
         columns: list[exp.Expr] = []
         for projection in branch.selects:
-            value = _grouped(projection.unalias(), keys, absent)
+            value = _grouped(projection.unalias(), keys, absent, every)
             if isinstance(projection, exp.Alias):
                 projection.set("this", value)
                 columns.append(projection)
@@ -98,7 +101,7 @@ def as_union_of_groupings(select: exp.Select, sets: list[list[exp.Expr]]) -> exp
         branch.set("expressions", columns)
         having = branch.args.get("having")
         if having is not None:
-            having.set("this", _grouped(having.this, keys, absent))
+            having.set("this", _grouped(having.this, keys, absent, every))
         branches.append(branch)
     union: exp.Query = branches[0]
     for branch in branches[1:]:
@@ -106,14 +109,17 @@ def as_union_of_groupings(select: exp.Select, sets: list[list[exp.Expr]]) -> exp
     return union
 
 
-def _grouped(expression: exp.Expr, keys: list[exp.Expr], absent: list[exp.Expr]) -> exp.Expr:
+def _grouped(
+    expression: exp.Expr, keys: list[exp.Expr], absent: list[exp.Expr], every: list[exp.Expr]
+) -> exp.Expr:
     """`expression` in the branch grouped by `keys`: absent keys (outside aggregate calls) NULL,
-    GROUPING(k1, k2 …) the bits of the absent ones (k1 the highest)."""
+    GROUPING(k1, k2 …) the bits of the absent ones (k1 the highest); Spark's GROUPING_ID() without
+    arguments is over `every` grouping key."""
 
     def rewrite(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Grouping | exp.GroupingId):
             mask = 0
-            for argument in node.expressions:
+            for argument in node.expressions or every:
                 mask = mask * 2 + (0 if argument in keys else 1)
             return exp.Literal.number(mask)
         if node in absent and not node.find_ancestor(exp.AggFunc):
@@ -197,9 +203,7 @@ def lifted_windows(select: exp.Select, grouped: bool) -> tuple[exp.Select, list[
         if isinstance(node, exp.Window):  # partitions whole, so that a batch's partitions are named
             node.set("partition_by", [expose(p) for p in node.args.get("partition_by") or []] or None)
             return node
-        is_call = isinstance(node, exp.AggFunc) and not (
-            isinstance(node.parent, exp.Window) and node.arg_key == "this"
-        )
+        is_call = isinstance(node, exp.AggFunc) and not is_window_function(node)
         if isinstance(node, exp.Column) or (grouped and is_call):
             return expose(node)
         return node
@@ -214,6 +218,18 @@ def lifted_windows(select: exp.Select, grouped: bool) -> tuple[exp.Select, list[
         or [exp.alias_(exp.Literal.number(1), "__ivm_w0", quoted=True)],
     )
     return inner, outputs, tuple(n for n in (f"__ivm_w{i}" for i in range(len(exposed))) if n in common)
+
+
+# What may stand between a window and its function: `first_value(v) IGNORE NULLS OVER (…)`,
+# `count(*) FILTER (WHERE …) OVER (…)`.
+WINDOW_FUNCTION_WRAPPERS = (exp.IgnoreNulls, exp.RespectNulls, exp.Filter)
+
+
+def is_window_function(node: exp.Expr) -> bool:
+    """Whether `node` is the function a window computes (an aggregate call is one when it is)."""
+    while isinstance(node.parent, WINDOW_FUNCTION_WRAPPERS) and node.arg_key == "this":
+        node = node.parent
+    return isinstance(node.parent, exp.Window) and node.arg_key == "this"
 
 
 def _named_windows_inlined(select: exp.Select) -> exp.Select:
