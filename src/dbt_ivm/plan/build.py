@@ -113,8 +113,7 @@ def build_plan(
         tree = merge_subqueries(tree)
         tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
     except OptimizeError as error:
-        if dialect == "postgres":
-            _refuse_system_columns(tree, model)
+        _refuse_system_columns(tree, model, dialect)
         raise InvalidQuery(model, str(error)) from error
     if not isinstance(tree, exp.Query):
         raise UnsupportedQuery(model, f"top-level `{type(tree).__name__.upper()}`", "write a single SELECT")
@@ -181,6 +180,10 @@ def _parse(sql: str, model: str, dialect: str) -> exp.Expr:
             model, f"a stream table is defined by a SELECT, not `{type(tree).__name__.upper()}`"
         )
     assert isinstance(tree, exp.Expr)
+    # A hint (Spark's /*+ BROADCAST(u) */) names relations that are not read, and a delta query has
+    # another shape than the one it was written for: each engine plans the rendered queries itself.
+    for hint in list(tree.find_all(exp.Hint)):
+        hint.pop()
     # Unquoted names fold to the database's case now, so every name below is the catalog's own spelling.
     return flatten_join_parentheses(normalize_identifiers(tree, dialect=dialect))
 
@@ -319,18 +322,23 @@ def _refuse_unmaintained_clauses(tree: exp.Expr, model: str) -> None:
         raise UnsupportedQuery(model, f"{construct} `{excerpt(node.parent or node)}`", fix)
 
 
-# PostgreSQL's columns of every table, which no user column may be named: qualify cannot find them.
-SYSTEM_COLUMNS = ("ctid", "xmin", "xmax", "cmin", "cmax", "tableoid")
+# Columns every table has beside its own, which qualify cannot find; their values change without a
+# write to capture. By dialect: the names, and what moves rows.
+SYSTEM_COLUMNS = {
+    "postgres": (("ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"), "VACUUM FULL and CLUSTER"),
+    "spark": (("_file", "_pos", "_spec_id", "_partition", "_deleted", "_row_id"), "a compaction"),
+}
 
 
-def _refuse_system_columns(tree: exp.Expr, model: str) -> None:
+def _refuse_system_columns(tree: exp.Expr, model: str, dialect: str) -> None:
+    names, movers = SYSTEM_COLUMNS.get(dialect, ((), ""))
     for column in tree.find_all(exp.Column):
-        if column.name in SYSTEM_COLUMNS:
+        if column.name.lower() in names:
             raise UnsupportedQuery(
                 model,
                 f"system column `{excerpt(column)}`",
-                "select the table's own columns (VACUUM FULL and CLUSTER move rows without a write to"
-                " capture), or use refresh_mode='full'",
+                f"select the table's own columns ({movers} move rows without a write to capture),"
+                " or use refresh_mode='full'",
             )
 
 

@@ -1,0 +1,74 @@
+"""Spark's own spellings, planned as the query means them and maintained differentially through
+writes. Each was wrong or failed before, in every mode:
+
+- `first_value(v) IGNORE NULLS OVER (…)` (and `last_value(v, true)`): the call was planned as an
+  aggregate below the window, and the CREATE failed to parse;
+- `grouping_id()` without arguments (over every grouping key): 0 in every row of a ROLLUP;
+- a join hint, `/*+ BROADCAST(u) */`: its relation was looked up as a source ("does not exist").
+
+Iceberg's metadata columns (`_file`, `_pos`) change when a compaction moves rows, which no changelog
+shows: refused by name, and AUTO refreshes them FULL (they failed to plan before).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from dbt_ivm.errors import UnsupportedQuery
+from dbt_ivm.spark.runner import run_stream_table
+from tests.spark.oracle import make_spec, refresh_and_check
+
+pytestmark = pytest.mark.spark
+
+
+def test_spark_spellings_are_maintained(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    spark.sql(
+        f"CREATE TABLE {s}.t (id int, g string, v int) USING iceberg TBLPROPERTIES ('dbt_ivm.primary_key'='id')"
+    )
+    spark.sql(
+        f"CREATE TABLE {s}.u (id int, k string) USING iceberg TBLPROPERTIES ('dbt_ivm.primary_key'='id')"
+    )
+    spark.sql(f"INSERT INTO {s}.t VALUES (1, 'a', NULL), (2, 'a', 2), (3, 'b', 3), (5, 'c', NULL)")
+    spark.sql(f"INSERT INTO {s}.u VALUES (1, 'x'), (3, 'y')")
+    streams = {
+        "first_seen": (
+            f"SELECT id, g, first_value(v) IGNORE NULLS OVER (PARTITION BY g ORDER BY id) AS f, "
+            f"last_value(v, true) OVER (PARTITION BY g ORDER BY id) AS l FROM {s}.t"
+        ),
+        "rolled_up": (
+            f"SELECT g, v, COUNT(*) AS n, grouping_id() AS level FROM {s}.t GROUP BY g, v WITH ROLLUP"
+        ),
+        "hinted": f"SELECT /*+ BROADCAST(u) */ t.id, t.v, u.k FROM {s}.t JOIN {s}.u ON t.id = u.id",
+    }
+    for name, sql in streams.items():
+        refresh_and_check(spark, s, name, sql, "create", refresh_mode="differential")
+    for write in [
+        f"UPDATE {s}.t SET v = 7 WHERE id = 1",
+        f"INSERT INTO {s}.t VALUES (4, 'b', NULL), (6, 'a', 1)",
+        f"DELETE FROM {s}.t WHERE id IN (2, 3)",
+        f"INSERT INTO {s}.u VALUES (4, 'z')",
+    ]:
+        spark.sql(write)
+        for name, sql in streams.items():
+            result = refresh_and_check(spark, s, name, sql, write, refresh_mode="differential")
+            assert result.action in ("DIFFERENTIAL", "SKIP"), (name, result.summary())
+
+
+def test_iceberg_metadata_columns_are_refused_by_name(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.t (id int, v int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.t VALUES (1, 1), (2, 2)")
+    sql = f"SELECT id, _pos AS position FROM {s}.t"
+    with pytest.raises(UnsupportedQuery, match=re.escape('system column `"_pos"`') + ".*a compaction"):
+        run_stream_table(spark, make_spec(s, "placed", sql, refresh_mode="differential"))
+    refresh_and_check(spark, s, "placed", sql, "create")
+    spark.sql(f"INSERT INTO {s}.t VALUES (3, 3)")
+    spark.sql(
+        f"CALL spark_catalog.system.rewrite_data_files(table => '{s}.t', options => map('rewrite-all', 'true'))"
+    )
+    result = refresh_and_check(spark, s, "placed", sql, "after a compaction")
+    assert result.action == "FULL" and "system column" in str(result.reason), result.summary()
