@@ -367,7 +367,7 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
             "WITH RECURSIVE `steps`",
         ),
         # Failed to plan in every mode before ("could not be resolved").
-        ("SELECT id, xmin::text AS version FROM orders", 'system column `"xmin"`'),
+        ("SELECT id, xmin::text AS version FROM orders", "system column `xmin`"),
         ("SELECT id, amount FROM orders ORDER BY amount FETCH FIRST 3 ROWS WITH TIES", "WITH TIES`"),
     ],
 )

@@ -7,7 +7,8 @@ writes. Each was wrong or failed before, in every mode:
 - a join hint, `/*+ BROADCAST(u) */`: its relation was looked up as a source ("does not exist").
 
 Iceberg's metadata columns (`_file`, `_pos`) change when a compaction moves rows, which no changelog
-shows: refused by name, and AUTO refreshes them FULL (they failed to plan before).
+shows: refused by name, and AUTO refreshes them FULL (they failed to plan before). Refusals show the
+construct in Spark's SQL (`uuid()` was shown as PostgreSQL's `GEN_RANDOM_UUID()`).
 """
 
 from __future__ import annotations
@@ -58,13 +59,20 @@ def test_spark_spellings_are_maintained(spark: Any, spark_schema: str) -> None:
             assert result.action in ("DIFFERENTIAL", "SKIP"), (name, result.summary())
 
 
-def test_iceberg_metadata_columns_are_refused_by_name(spark: Any, spark_schema: str) -> None:
+def test_metadata_columns_and_volatile_calls_are_refused_by_spark_names(
+    spark: Any, spark_schema: str
+) -> None:
     s = spark_schema
     spark.sql(f"CREATE TABLE {s}.t (id int, v int) USING iceberg")
     spark.sql(f"INSERT INTO {s}.t VALUES (1, 1), (2, 2)")
     sql = f"SELECT id, _pos AS position FROM {s}.t"
-    with pytest.raises(UnsupportedQuery, match=re.escape('system column `"_pos"`') + ".*a compaction"):
+    with pytest.raises(UnsupportedQuery, match=re.escape("system column `_pos`") + ".*a compaction moves"):
         run_stream_table(spark, make_spec(s, "placed", sql, refresh_mode="differential"))
+    # Named as Spark spells it, not as PostgreSQL would (GEN_RANDOM_UUID()).
+    with pytest.raises(UnsupportedQuery, match=re.escape("non-deterministic function `UUID()`")):
+        run_stream_table(
+            spark, make_spec(s, "tagged", f"SELECT id, uuid() AS u FROM {s}.t", refresh_mode="differential")
+        )
     refresh_and_check(spark, s, "placed", sql, "create")
     spark.sql(f"INSERT INTO {s}.t VALUES (3, 3)")
     spark.sql(

@@ -35,6 +35,7 @@ from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.plan import generators, rewrites
 from dbt_ivm.plan.dialects import read_dialect
 from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
+from dbt_ivm.plan.messages import excerpt, shown, written_in
 from dbt_ivm.plan.nodes import (
     AggCall,
     AggFunc,
@@ -89,6 +90,13 @@ def build_plan(
     dialect: str = "postgres",
 ) -> Plan:
     """Plan the defining query `sql` of `model`. `output_names` (from the database) override aliases."""
+    with written_in(dialect):
+        return _planned(sql, catalog, model, output_names, dialect)
+
+
+def _planned(
+    sql: str, catalog: Catalog, model: str, output_names: Sequence[str] | None, dialect: str
+) -> Plan:
     tree = _parse(sql, model, dialect)
     tables = _resolve_tables(tree, catalog, model, dialect)
     _refuse_unmaintained_clauses(tree, model)
@@ -325,8 +333,8 @@ def _refuse_unmaintained_clauses(tree: exp.Expr, model: str) -> None:
 # Columns every table has beside its own, which qualify cannot find; their values change without a
 # write to capture. By dialect: the names, and what moves rows.
 SYSTEM_COLUMNS = {
-    "postgres": (("ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"), "VACUUM FULL and CLUSTER"),
-    "spark": (("_file", "_pos", "_spec_id", "_partition", "_deleted", "_row_id"), "a compaction"),
+    "postgres": (("ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"), "VACUUM FULL and CLUSTER move"),
+    "spark": (("_file", "_pos", "_spec_id", "_partition", "_deleted", "_row_id"), "a compaction moves"),
 }
 
 
@@ -336,8 +344,8 @@ def _refuse_system_columns(tree: exp.Expr, model: str, dialect: str) -> None:
         if column.name.lower() in names:
             raise UnsupportedQuery(
                 model,
-                f"system column `{excerpt(column)}`",
-                f"select the table's own columns ({movers} move rows without a write to capture),"
+                f"system column `{column.name}`",
+                f"select the table's own columns ({movers} rows without a write to capture),"
                 " or use refresh_mode='full'",
             )
 
@@ -350,19 +358,6 @@ def _whole_row(node: exp.Expr) -> bool:
     if isinstance(node, exp.Column):
         return isinstance(node.this, exp.Star)
     return isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count | exp.Select | exp.Column)
-
-
-def excerpt(node: exp.Expr, limit: int = 80) -> str:
-    """A construct's SQL for a message, cut at a word boundary (never inside an identifier).
-
-    >>> excerpt(sqlglot.parse_one("SELECT customer_identifier FROM orders WHERE amount > 10"), 40)
-    'SELECT customer_identifier FROM orders …'
-    """
-    text = " ".join(node.sql("postgres").split())
-    if len(text) <= limit:
-        return text
-    cut = text.rfind(" ", 0, limit)
-    return text[: cut if cut > 0 else limit] + " …"
 
 
 def _subquery_form(node: exp.Expr) -> str:
@@ -843,7 +838,7 @@ def _agg_call(node: exp.Expr, calls: list[AggCall], model: str) -> AggCall:
     COUNT, SUM and AVG keep running state, FILTER folded into their argument (`SUM(x) FILTER (WHERE
     p)` is `SUM(CASE WHEN p THEN x END)`); any other call is recomputed for the groups a batch
     touches, over the columns it reads."""
-    text = node.sql("postgres")
+    text = shown(node)
     if any(inner is not node and isinstance(inner, exp.AggFunc | exp.Window) for inner in _inside(node)):
         raise UnsupportedQuery(model, f"nested aggregate `{text}`", "aggregate in a subquery first")
     function, condition = node, None

@@ -243,15 +243,15 @@ def children(node: Plan | Relation) -> tuple[Plan | Relation, ...]:
     return (node.left, node.right)
 
 
-def whole_input_reason(node: Plan | Relation) -> str | None:
+def whole_input_reason(node: Plan | Relation, dialect: str = "postgres") -> str | None:
     """Why every batch makes a differential refresh recompute a whole input (None: it follows the
     batch): a window function without PARTITION BY ranks every row of its input again."""
     if isinstance(node, Window) and not node.partition_by:
-        shown = next(w for o in node.outputs for w in o.expression.find_all(exp.Window))
+        window = next(w for o in node.outputs for w in o.expression.find_all(exp.Window))
         return (
-            f"window function `{shown.sql('postgres')}` has no PARTITION BY: every batch recomputes its input"
+            f"window function `{window.sql(dialect)}` has no PARTITION BY: every batch recomputes its input"
         )
-    return next((r for r in map(whole_input_reason, children(node)) if r is not None), None)
+    return next((r for c in children(node) if (r := whole_input_reason(c, dialect)) is not None), None)
 
 
 def scans_in(node: Plan | Relation) -> Iterator[Scan]:

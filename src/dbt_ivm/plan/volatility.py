@@ -26,6 +26,7 @@ from sqlglot.schema import MappingSchema
 
 from dbt_ivm.catalog import Catalog, FunctionCall
 from dbt_ivm.errors import UnsupportedQuery
+from dbt_ivm.plan.messages import shown
 
 # SQL value functions: keywords, not catalog functions, that read the transaction's clock or the
 # session. A stream table maintained by deltas keeps the value of the refresh that wrote each row.
@@ -118,16 +119,14 @@ def refuse_nondeterministic(tree: exp.Expr, catalog: Catalog, schema: MappingSch
     for node in tree.walk():
         if isinstance(node, SQL_VALUE_FUNCTIONS):
             raise UnsupportedQuery(
-                model, f"non-deterministic SQL value function `{node.sql('postgres')}`", NONDETERMINISTIC_FIX
+                model, f"non-deterministic SQL value function `{shown(node)}`", NONDETERMINISTIC_FIX
             )
         if isinstance(node, exp.Func) and _is_nondeterministic_call(node, catalog, volatilities):
             raise UnsupportedQuery(
                 model, f"non-deterministic function `{_call_text(node)}`", NONDETERMINISTIC_FIX
             )
         if isinstance(node, exp.Cast) and _casts_clock_string(node):
-            raise UnsupportedQuery(
-                model, f"current date/time literal `{node.sql('postgres')}`", NONDETERMINISTIC_FIX
-            )
+            raise UnsupportedQuery(model, f"current date/time literal `{shown(node)}`", NONDETERMINISTIC_FIX)
     _refuse_clock_comparisons(tree, schema, model)
 
 
@@ -187,7 +186,7 @@ def _call_text(node: exp.Func) -> str:
     """The call as written: with its schema, and names in their own case (sqlglot upper-cases them)."""
     parent = node.parent
     call = parent if isinstance(node, exp.Anonymous) and isinstance(parent, exp.Dot) else node
-    return call.sql("postgres", normalize_functions=False)
+    return shown(call, normalize_functions=False)
 
 
 def _exact_name(part: object) -> str:
@@ -228,7 +227,7 @@ def _refuse_clock_comparisons(tree: exp.Expr, schema: MappingSchema, model: str)
         found = _comparison_of(literal) if _is_clock_string(literal) else None
         if found is not None and found[1].type is not None and found[1].type.is_type(*TEMPORAL_TYPES):
             raise UnsupportedQuery(
-                model, f"current date/time literal in `{found[0].sql('postgres')}`", NONDETERMINISTIC_FIX
+                model, f"current date/time literal in `{shown(found[0])}`", NONDETERMINISTIC_FIX
             )
 
 

@@ -695,7 +695,7 @@ def _full_reason(
             "the stream table's current snapshot carries no dbt-ivm frontier (it was written outside "
             "dbt-ivm, or restored)"
         )
-    whole_input = whole_input_reason(compiled.plan) if compiled.plan is not None else None
+    whole_input = whole_input_reason(compiled.plan, "spark") if compiled.plan is not None else None
     reason = lifecycle.full_reason(spec, compiled.unsupported, frontier is not None, whole_input)
     if reason is not None or frontier is None:
         return reason
