@@ -218,6 +218,20 @@ def test_disabled_triggers_are_detected(orders: Any) -> None:
     _refresh_all(orders, "DIFFERENTIAL")
 
 
+@pytest.mark.parametrize("removal", ["DROP TABLE {buffer}", "ALTER TABLE {buffer} RENAME TO set_aside"])
+def test_a_removed_buffer_never_fails_a_write(orders: Any, removal: str) -> None:
+    """Every write to the source failed ("relation … does not exist") once the buffer was dropped or
+    renamed by hand. Now the write succeeds uncaptured, and the next refresh finds the buffer gone,
+    reinstalls capture and is FULL."""
+    execute(orders, removal.format(buffer=buffer_of(orders, "public.orders")))
+    execute(orders, "INSERT INTO orders VALUES (21, 'c1', 21); UPDATE orders SET amount = 0 WHERE id = 1")
+    _refresh_all(
+        orders, "FULL", "the change buffer of public.orders was reset (crash recovery or failover) or removed"
+    )
+    execute(orders, "DELETE FROM orders WHERE id = 2")
+    _refresh_all(orders, "DIFFERENTIAL")
+
+
 def test_rows_inserted_into_an_inheritance_child_are_captured(orders: Any) -> None:
     execute(orders, "CREATE TABLE orders_archive (note text, extra int) INHERITS (orders)")
     _refresh_all(orders, "FULL", "children of public.orders changed")

@@ -47,7 +47,7 @@ from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
 # Bump when the buffer's shape or the capture function changes: older installs are reinstalled.
-CAPTURE_VERSION = 3
+CAPTURE_VERSION = 4
 XID = "__ivm_xid"
 # Rows of the unlogged table MARKS, kept apart from the typed buffers so that no row of a buffer is
 # ever a placeholder (its NULLs would be checked against a user's domain).
@@ -247,7 +247,7 @@ def _reinstall_reason(
     if version != CAPTURE_VERSION or stored is None:
         return f"change capture on {label} was upgraded"
     if not intact:
-        return f"the change buffer of {label} was reset (crash recovery or failover)"
+        return f"the change buffer of {label} was reset (crash recovery or failover) or removed"
     if now["columns"] != stored["columns"]:
         if _without_labels(now["columns"]) == _without_labels(stored["columns"]):
             if _without_labels(stored["columns"]) == stored["columns"]:  # installed before labels were kept
@@ -404,6 +404,8 @@ def _function_sql(function: str, buffer: str, marks: str, table: TableInfo) -> s
         # A column dropped, renamed or retyped since install must not fail the user's write: record
         # a marker instead (the refresh that follows detects the change, reinstalls and is FULL).
         f"EXCEPTION WHEN {' OR '.join(SCHEMA_DRIFT)} THEN {marker} RETURN NULL;\n"
+        # The buffer dropped or renamed by hand: the next refresh finds it missing, reinstalls and is FULL.
+        f"  WHEN undefined_table THEN RETURN NULL;\n"
         f"END\n"
     )
     # Column names may contain any text, a dollar-quote tag too: pick one the body does not hold.
