@@ -52,6 +52,14 @@ def test_dml_on_the_stream_table_makes_the_next_refresh_full(spark: Any, spark_s
     spark.sql(f"INSERT INTO {s}.orders VALUES (5,'c',50)")
     again = refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "stamped again")
     assert again.action == "DIFFERENTIAL", again.summary()
+    # Copies by hand: the FULL refresh's MERGE failed on every run (MERGE_CARDINALITY_VIOLATION).
+    spark.sql(f"INSERT INTO {s}.totals SELECT * FROM {s}.totals")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (6,'c',60)")
+    rebuilt = refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "after copies by hand")
+    assert rebuilt.action == "REBUILD" and "written outside dbt-ivm" in str(rebuilt.reason), rebuilt.summary()
+    spark.sql(f"INSERT INTO {s}.orders VALUES (7,'a',70)")
+    after = refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "after the rebuild")
+    assert after.action == "DIFFERENTIAL", after.summary()
 
 
 def test_a_table_stamped_by_another_query_is_rebuilt(spark: Any, spark_schema: str) -> None:

@@ -640,10 +640,21 @@ def _refresh(
             prepared.updated,
             prepared.deleted,
         )
-        _commit(spark, spec, prepared, new_stamp)
+        try:
+            _commit(spark, spec, prepared, new_stamp)
+        except Exception as error:
+            if MERGE_CARDINALITY not in str(error):
+                raise
+            # Copies written by hand repeat a key the MERGE matches on; nothing was committed.
+            why = _refuse_repeated_key(backend, compiled, versions, drop=False)
+            return _build(backend, sql, "REBUILD", why, started)
     lifecycle.record(backend, result, changes, started)
     _kill_point("after_history")
     return result
+
+
+# Spark's error class for a MERGE whose target row matches several rows to apply.
+MERGE_CARDINALITY = "MERGE_CARDINALITY_VIOLATION"
 
 
 def _refuse_repeated_key(
