@@ -369,6 +369,17 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
         # Failed to plan in every mode before ("could not be resolved").
         ("SELECT id, xmin::text AS version FROM orders", "system column `xmin`"),
         ("SELECT id, amount FROM orders ORDER BY amount FETCH FIRST 3 ROWS WITH TIES", "WITH TIES`"),
+        # Planned as per-row expressions before: their tables' changes went unseen (SKIP, "no changes").
+        (
+            "SELECT id, CASE WHEN EXISTS (SELECT 1 FROM customers c WHERE c.id = o.customer_id) "
+            "THEN 'known' ELSE 'unknown' END AS k FROM orders o",
+            "`EXISTS` subquery `EXISTS(",
+        ),
+        (
+            "SELECT id, ARRAY(SELECT o2.id FROM orders o2 WHERE o2.customer_id = o.customer_id ORDER BY o2.id) "
+            "AS siblings FROM orders o",
+            "` inside an expression",
+        ),
     ],
 )
 def test_refusals_name_the_construct_and_auto_recomputes(pg_conn: Any, sql: str, construct: str) -> None:

@@ -137,7 +137,33 @@ def _planned(
     rename_reserved_columns(tree, tables)
     refuse_unknown_aggregates(tree, catalog, model)
     set_returning = generators.set_returning_calls(tree, catalog)
-    return _Planner(tables, model, case_insensitive, set_returning).query(tree, tuple(names))
+    plan = _Planner(tables, model, case_insensitive, set_returning).query(tree, tuple(names))
+    _refuse_queries_in_expressions(plan, model)
+    return plan
+
+
+def _refuse_queries_in_expressions(node: object, model: str) -> None:
+    """A query left inside an expression the plan keeps (`CASE WHEN EXISTS (…)`, `ARRAY(SELECT …)` in
+    a select list) would be evaluated per row against its tables as they are, and no rule would
+    follow those tables: the stream table would miss their changes. Every subquery the planner
+    maintains has become a join by now."""
+    if isinstance(node, exp.Expr):
+        found = node.find(exp.Query)
+        if found is not None:
+            holder = (
+                found.parent if isinstance(found.parent, exp.Subquery | exp.Exists | exp.Array) else found
+            )
+            raise UnsupportedQuery(
+                model,
+                f"{_subquery_form(holder)} inside an expression",
+                "join its table instead (LEFT JOIN … GROUP BY for a per-row lookup), or use refresh_mode='full'",
+            )
+    elif dataclasses.is_dataclass(node) and not isinstance(node, type | TableInfo):
+        for field in dataclasses.fields(node):
+            _refuse_queries_in_expressions(getattr(node, field.name), model)
+    elif isinstance(node, tuple | list):
+        for item in node:
+            _refuse_queries_in_expressions(item, model)
 
 
 def inline_ctes(tree: exp.Expr) -> exp.Expr:
