@@ -56,3 +56,17 @@ def refresh_and_check(
     result = run_stream_table(spark, make_spec(schema, name, sql, **options))
     assert_matches_query(spark, schema, name, sql, f"{context}; {result.summary()}")
     return result
+
+
+def follow_writes(
+    spark: Any, schema: str, streams: dict[str, str], writes: list[str], allowed: tuple[str, ...]
+) -> None:
+    """Create each stream table differentially, then after each write refresh and check them all;
+    each refresh's action must be one of `allowed`."""
+    for name, sql in streams.items():
+        refresh_and_check(spark, schema, name, sql, "create", refresh_mode="differential")
+    for write in writes:
+        spark.sql(write)
+        for name, sql in streams.items():
+            result = refresh_and_check(spark, schema, name, sql, write, refresh_mode="differential")
+            assert result.action in allowed, (name, result.summary())

@@ -12,7 +12,7 @@ import pytest
 
 from dbt_ivm.errors import UnsupportedQuery
 from dbt_ivm.spark.runner import run_stream_table
-from tests.spark.oracle import make_spec, refresh_and_check
+from tests.spark.oracle import follow_writes, make_spec, refresh_and_check
 
 pytestmark = pytest.mark.spark
 
@@ -27,17 +27,17 @@ def test_generators_multiply_rows(spark: Any, spark_schema: str) -> None:
         "tagged": f"SELECT id, explode(tags) AS tag FROM {s}.o",
         "tagged_or_not": f"SELECT id, explode_outer(tags) AS tag FROM {s}.o",
     }
-    for name, sql in streams.items():
-        refresh_and_check(spark, s, name, sql, "create", refresh_mode="differential")
-    for write in [
-        f"UPDATE {s}.o SET tags = array('x', 'y', 'y') WHERE id = 1",
-        f"DELETE FROM {s}.o WHERE id = 2",
-        f"INSERT INTO {s}.o VALUES (4, array('a', 'a')), (5, NULL)",
-    ]:
-        spark.sql(write)
-        for name, sql in streams.items():
-            result = refresh_and_check(spark, s, name, sql, write, refresh_mode="differential")
-            assert result.action == "DIFFERENTIAL", (name, result.summary())
+    follow_writes(
+        spark,
+        s,
+        streams,
+        [
+            f"UPDATE {s}.o SET tags = array('x', 'y', 'y') WHERE id = 1",
+            f"DELETE FROM {s}.o WHERE id = 2",
+            f"INSERT INTO {s}.o VALUES (4, array('a', 'a')), (5, NULL)",
+        ],
+        ("DIFFERENTIAL",),
+    )
     several = {
         "positioned": (f"SELECT id, posexplode(tags) AS (p, tag) FROM {s}.o", "posexplode"),
         # Without names, Spark calls the columns pos/col and c0/c1: more columns than SELECT items.

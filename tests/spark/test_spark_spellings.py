@@ -20,7 +20,7 @@ import pytest
 
 from dbt_ivm.errors import UnsupportedQuery
 from dbt_ivm.spark.runner import run_stream_table
-from tests.spark.oracle import make_spec, refresh_and_check
+from tests.spark.oracle import follow_writes, make_spec, refresh_and_check
 
 pytestmark = pytest.mark.spark
 
@@ -45,18 +45,18 @@ def test_spark_spellings_are_maintained(spark: Any, spark_schema: str) -> None:
         ),
         "hinted": f"SELECT /*+ BROADCAST(u) */ t.id, t.v, u.k FROM {s}.t JOIN {s}.u ON t.id = u.id",
     }
-    for name, sql in streams.items():
-        refresh_and_check(spark, s, name, sql, "create", refresh_mode="differential")
-    for write in [
-        f"UPDATE {s}.t SET v = 7 WHERE id = 1",
-        f"INSERT INTO {s}.t VALUES (4, 'b', NULL), (6, 'a', 1)",
-        f"DELETE FROM {s}.t WHERE id IN (2, 3)",
-        f"INSERT INTO {s}.u VALUES (4, 'z')",
-    ]:
-        spark.sql(write)
-        for name, sql in streams.items():
-            result = refresh_and_check(spark, s, name, sql, write, refresh_mode="differential")
-            assert result.action in ("DIFFERENTIAL", "SKIP"), (name, result.summary())
+    follow_writes(
+        spark,
+        s,
+        streams,
+        [
+            f"UPDATE {s}.t SET v = 7 WHERE id = 1",
+            f"INSERT INTO {s}.t VALUES (4, 'b', NULL), (6, 'a', 1)",
+            f"DELETE FROM {s}.t WHERE id IN (2, 3)",
+            f"INSERT INTO {s}.u VALUES (4, 'z')",
+        ],
+        ("DIFFERENTIAL", "SKIP"),
+    )
 
 
 def test_metadata_columns_and_volatile_calls_are_refused_by_spark_names(
