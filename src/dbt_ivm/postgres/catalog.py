@@ -116,17 +116,19 @@ class PostgresCatalog:
         return {call: None if row[1] is None else str(row[1]) for call, row in zip(calls, rows, strict=True)}
 
     def set_returning(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
-        # Asked after function_volatilities for the same calls: no second look-up.
-        missing = [c for c in calls if c not in self._set_returning]
-        if missing:
-            self.function_volatilities(missing)
-        return {call: self._set_returning[call] for call in calls}
+        return self._read_along(calls, self._set_returning)
 
     def aggregates(self, calls: Sequence[FunctionCall]) -> dict[FunctionCall, bool | None]:
-        missing = [c for c in calls if c not in self._aggregates]
+        return self._read_along(calls, self._aggregates)
+
+    def _read_along(
+        self, calls: Sequence[FunctionCall], facts: dict[FunctionCall, bool | None]
+    ) -> dict[FunctionCall, bool | None]:
+        # Read by function_volatilities, asked first for the same calls: no second look-up.
+        missing = [c for c in calls if c not in facts]
         if missing:
             self.function_volatilities(missing)
-        return {call: self._aggregates[call] for call in calls}
+        return {call: facts[call] for call in calls}
 
 
 def describe(db: Db, sql: str) -> list[tuple[str, str]]:
