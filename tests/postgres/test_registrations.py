@@ -307,7 +307,7 @@ def test_a_catalog_from_an_earlier_version_gains_the_invocation_column(shop: Any
     them, and fills them."""
     execute(shop, f"ALTER TABLE {CATALOG}.refresh_history DROP COLUMN invocation_id")
     execute(shop, f"ALTER TABLE {CATALOG}.stream_tables DROP COLUMN run_settings")
-    execute(shop, f"DROP TABLE {CATALOG}.refresh_procedures")
+    execute(shop, f"DROP TABLE {CATALOG}.refresh_procedures, {CATALOG}.outside_writes")
     execute(shop, "INSERT INTO orders VALUES (21, 'c1', 5, DATE '2024-02-01')")
     refresh(
         shop,

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from dbt_ivm.apply import multiset
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.layout import HASH
-from dbt_ivm.postgres import user_triggers
+from dbt_ivm.postgres import outside_writes, user_triggers
 from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TREE_SQL, enum_labels
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import (
@@ -190,6 +190,7 @@ class Explicit:
     """How the function picks explicit DML over the MERGE (user triggers on the stream table)."""
 
     path: ExplicitPath | None
+    stream_table: str
     relation: str
     always: str  # SQL: true when user_triggers='on' (then explicit DML even without user triggers)
     applying: str  # the setting that is 'on' while explicit DML writes the stream table
@@ -206,7 +207,10 @@ class Explicit:
     def or_merge(self, fill: str, merge: str) -> str:
         """`fill` the rows table, then apply its rows, when explicit DML is wanted and the session's
         rows table is ours (a writer may have taken its name: then the MERGE, whose row triggers fire
-        too); else `merge`."""
+        too); else `merge`. Either writes the stream table as dbt-ivm (postgres.outside_writes)."""
+        return outside_writes.marked(self.stream_table, self._or_merge(fill, merge))
+
+    def _or_merge(self, fill: str, merge: str) -> str:
         path = self.path
         if path is None:
             return merge
@@ -330,7 +334,9 @@ def function_sql(
         f"RAISE WARNING 'dbt-ivm: stream table % was not maintained (%): the next dbt run rebuilds it', "
         f"{lit(stream_table)}, SQLERRM; END IF;"
     )
-    explicit = Explicit(statements.explicit, relation, "true" if always_explicit else "false", s.applying)
+    explicit = Explicit(
+        statements.explicit, stream_table, relation, "true" if always_explicit else "false", s.applying
+    )
     guard = _null_key_guard(relation, key)
     unhidden = _every_row_visible(stream_table, sources)
     path = statements.explicit

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from dbt_ivm.catalog import TableInfo
-from dbt_ivm.postgres import capture, immediate, statistics, user_triggers
+from dbt_ivm.postgres import capture, immediate, outside_writes, statistics, user_triggers
 from dbt_ivm.postgres.catalog import FUNCTION_DEFINITIONS_SQL
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import Statements, pending_insert
@@ -344,6 +344,7 @@ def refresh_sql(catalog: str, program: Program, pinned: str) -> str:
     settings = immediate.Settings.of(key)
     explicit = immediate.Explicit(
         program.statements.explicit if program.statements is not None else None,
+        key,
         relation,
         "(__ivm_settings ->> 'user_triggers' = 'on')",
         settings.applying,
@@ -413,6 +414,10 @@ BEGIN
   __ivm_threshold := COALESCE((__ivm_settings ->> 'full_refresh_threshold')::float8, 0.5);
   {static}
   IF __ivm_reason IS NULL AND __ivm_needs IS NOT NULL THEN __ivm_reason := __ivm_needs; END IF;
+  IF __ivm_reason IS NULL THEN __ivm_reason := {outside_writes.reason_sql(catalog, key)}; END IF;
+  IF __ivm_reason IS NULL AND NOT {outside_writes.guarded_sql(relation)} THEN
+    __ivm_reason := {lit(outside_writes.UNGUARDED)};
+  END IF;
   IF __ivm_reason IS NULL AND __ivm_mode = 'full' THEN __ivm_reason := 'refresh_mode=''full'''; END IF;
   {whole}
   IF __ivm_reason IS NULL AND __ivm_frontier IS NULL THEN __ivm_reason := 'no frontier recorded'; END IF;
@@ -433,6 +438,7 @@ BEGIN
   __ivm_out_reason := __ivm_reason;
   UPDATE {registry} SET frontier = pg_catalog.pg_current_snapshot(), refreshed_at = pg_catalog.now(), needs_full = NULL
     WHERE stream_table = __ivm_key;
+  {outside_writes.forget_sql(catalog, key)};
   INSERT INTO {history} (stream_table, action, rows_inserted, rows_updated, rows_deleted, changes_read,
       duration_seconds, status, reason, initiated_by, invocation_id, started_at, finished_at)
     VALUES (__ivm_key, __ivm_out_action, __ivm_out_inserted, __ivm_out_updated, __ivm_out_deleted, __ivm_out_changes,

@@ -6,13 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from dbt_ivm.cost import RECENT, PastRefresh
+from dbt_ivm.postgres import outside_writes
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.in_database import dispatcher_sql, installed_version, signature
 from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
 # The column added last, and its table: a catalog that has it needs no upgrade.
-NEWEST_TABLE, NEWEST_COLUMN = "refresh_procedures", "tag"
+NEWEST_TABLE, NEWEST_COLUMN = outside_writes.TABLE, "written_at"
 
 
 def bootstrap(db: Db, catalog: str) -> None:
@@ -89,11 +90,13 @@ def bootstrap(db: Db, catalog: str) -> None:
         # CREATE OR REPLACE of one procedure from concurrent dbt threads fails ("tuple concurrently
         # updated"). A new version of it needs a new NEWEST_COLUMN.
         db.execute(dispatcher_sql(catalog))
-        # The refresh functions CALL refresh runs (postgres.procedure); created last: NEWEST_TABLE.
+        # The refresh functions CALL refresh runs (postgres.procedure).
         db.execute(
-            f"CREATE TABLE IF NOT EXISTS {s}.{q(NEWEST_TABLE)} (stream_table text PRIMARY KEY, "
-            f"version integer NOT NULL, {q(NEWEST_COLUMN)} text NOT NULL)"
+            f"CREATE TABLE IF NOT EXISTS {s}.{q('refresh_procedures')} (stream_table text PRIMARY KEY, "
+            "version integer NOT NULL, tag text NOT NULL)"
         )
+        # Writes into stream tables by hand (postgres.outside_writes); created last: NEWEST_TABLE.
+        outside_writes.create(db, catalog)
 
 
 @dataclass
@@ -175,6 +178,7 @@ def save(db: Db, catalog: str, values: dict[str, Any]) -> None:
         f"refreshed_at = EXCLUDED.refreshed_at, needs_full = NULL",
         list(values.values()),
     )
+    db.execute(outside_writes.forget_sql(catalog, str(values["stream_table"])))
 
 
 def keep_run_settings(db: Db, catalog: str, stream_table: str, settings: str, refresh_mode: str) -> None:
@@ -193,10 +197,15 @@ def advance(db: Db, catalog: str, stream_table: str) -> None:
         "needs_full = NULL WHERE stream_table = %s",
         (stream_table,),
     )
+    db.execute(outside_writes.forget_sql(catalog, stream_table))
 
 
 def unregister(db: Db, catalog: str, stream_table: str) -> None:
     db.execute(f"DELETE FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s", (stream_table,))
+    if db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, outside_writes.TABLE),)):
+        db.execute(
+            outside_writes.forget_sql(catalog, stream_table)
+        )  # (a catalog of an earlier dbt-ivm has none)
 
 
 def record(db: Db, catalog: str, stream_table: str, values: dict[str, Any]) -> int:

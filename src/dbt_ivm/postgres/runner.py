@@ -45,6 +45,7 @@ from dbt_ivm.postgres import (
     immediate_keys,
     immediate_sql,
     in_database,
+    outside_writes,
     procedure,
     registrations,
     registry,
@@ -423,6 +424,7 @@ class PostgresBackend:
             rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
             # Before the table is visible: default privileges must not expose its hidden columns.
             restrict_to_user_columns(db, relation, layout.user)
+            outside_writes.guard(db, spec.catalog_schema, _key(spec), relation)
             registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
             procedure.install(
                 db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.pinned_settings(db)
@@ -460,6 +462,7 @@ class PostgresBackend:
             layout, contents = _contents(compiled, sql)
             rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
             restrict_to_user_columns(db, relation, layout.user)
+            outside_writes.guard(db, spec.catalog_schema, _key(spec), relation)
             registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
             result = RefreshResult(
                 action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
@@ -488,6 +491,10 @@ class PostgresBackend:
                 reason = immediate.reinstall_reason(
                     db, spec.catalog_schema, _key(spec), compiled.sources, function
                 )
+            if reason is None:
+                reason = outside_writes.reason(db, spec.catalog_schema, _key(spec))
+            if reason is None and not outside_writes.guarded(db, _relation(spec)):
+                reason = outside_writes.UNGUARDED
             if reason is None:
                 result = RefreshResult(
                     action="SKIP", reason="refresh_mode='immediate': maintained by its writers"
@@ -520,12 +527,25 @@ class PostgresBackend:
         _cleanup(db, spec, compiled)
         return result
 
+    def _guard(self) -> str | None:
+        """Mark this transaction's writes as dbt-ivm's and make sure the stream table's guard is on
+        (postgres.outside_writes); why the refresh must be FULL when it was written by hand, or
+        could have been unseen."""
+        db, spec = self.db, self.spec
+        guarded, written = outside_writes.mark(db, spec.catalog_schema, _key(spec), _relation(spec))
+        if guarded:
+            return written
+        outside_writes.guard(db, spec.catalog_schema, _key(spec), _relation(spec))
+        lost = (self._functions_version or 0) >= outside_writes.GUARDED_SINCE
+        return outside_writes.UNGUARDED if lost else written  # else built before guards existed
+
     def _refresh_in_snapshot(
         self, sql: str, compiled: Compiled, gaps: list[capture.ReplicaGap]
     ) -> RefreshResult:
         db, spec = self.db, self.spec
         current = registry.lookup(db, spec.catalog_schema, _key(spec))
         assert current is not None
+        written = self._guard()
         # A table-level SELECT granted since the last run (by hand, or by dbt's grants) reads hidden
         # columns.
         restrict_to_user_columns(db, _relation(spec), [name for name, _ in compiled.output_types])
@@ -536,6 +556,7 @@ class PostgresBackend:
                 db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.pinned_settings(db)
             )
         reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
+        reason = reason or written
         subscribed = next((g for g in gaps if g.subscribed), None)
         if reason is None and subscribed is not None:
             reason = subscribed.full_reason()  # its changes may not be in the buffer: recompute

@@ -9,7 +9,7 @@
 
 User triggers are the table's enabled, non-internal triggers on INSERT, UPDATE or DELETE, except ours
 (``__ivm_capture_*`` and ``__ivm_immediate_*``, present when the stream table is itself a source of
-another stream table).
+another stream table, and ``__ivm_guard``, postgres.outside_writes).
 ``DISABLE TRIGGER USER`` and ``session_replication_role`` would also silence those, so neither is used.
 """
 
@@ -27,6 +27,7 @@ from dbt_ivm.catalog import qualified_name
 from dbt_ivm.errors import IvmError
 from dbt_ivm.keys import Target
 from dbt_ivm.layout import Layout
+from dbt_ivm.postgres import outside_writes
 from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TRIGGER_PREFIX
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.spec import RefreshResult, StreamTableSpec, UserTriggers
@@ -38,7 +39,8 @@ DML_EVENTS = ON_INSERT | ON_DELETE | ON_UPDATE
 # How a trigger that `off` disabled is enabled again, by its pg_trigger.tgenabled.
 ENABLE_FORMS = {"O": "ENABLE TRIGGER", "A": "ENABLE ALWAYS TRIGGER", "R": "ENABLE REPLICA TRIGGER"}
 MAX_CHANNEL_BYTES = 63  # NAMEDATALEN - 1
-OURS = (TRIGGER_PREFIX, IMMEDIATE_TRIGGER_PREFIX)  # trigger names that are dbt-ivm's, not the user's
+# Trigger names that are dbt-ivm's, not the user's.
+OURS = (TRIGGER_PREFIX, IMMEDIATE_TRIGGER_PREFIX, outside_writes.TRIGGER)
 
 
 @dataclass(frozen=True)
