@@ -101,6 +101,8 @@ ONLY_MODEL_COLUMNS = frozenset(
         "exists_expression_key",
         "in_subquery",
         "not_in_subquery",
+        "in_union",
+        "not_in_except",
         "import_ctes",
         "cte_aggregate_of_join",
         "union_all",
@@ -193,6 +195,16 @@ def streams(s: str) -> dict[str, str]:
         "not_in_subquery": (
             f"SELECT o.id, o.customer_id FROM {s}.orders o "
             f"WHERE o.customer_id NOT IN (SELECT c.region_id FROM {s}.customers c)"
+        ),
+        # IN over a set operation: a derived relation, semi-joined (events.v may be NULL)
+        "in_union": (
+            f"SELECT o.id, o.customer_id FROM {s}.orders o WHERE o.customer_id IN ("
+            f"SELECT c.id FROM {s}.customers c WHERE c.tier = 'premium' "
+            f"UNION SELECT e.v FROM {s}.events e WHERE e.kind = 'a')"
+        ),
+        "not_in_except": (
+            f"SELECT o.id, o.amount FROM {s}.orders o WHERE o.customer_id NOT IN ("
+            f"SELECT c.id FROM {s}.customers c EXCEPT SELECT e.v FROM {s}.events e)"
         ),
         "scalar_subquery_where": (
             f"SELECT o.id, o.amount FROM {s}.orders o WHERE o.amount > (SELECT AVG(amount) FROM {s}.orders)"

@@ -380,6 +380,13 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
             "AS siblings FROM orders o",
             "` inside an expression",
         ),
+        # IN over a set operation is a derived relation (tests/shapes.py), unless a branch reads the
+        # outer row.
+        (
+            "SELECT id FROM orders o WHERE customer_id IN (SELECT c.id FROM customers c "
+            "UNION SELECT c.id + 1 FROM customers c WHERE c.id <> o.id)",
+            "(correlated, over a set operation)",
+        ),
     ],
 )
 def test_refusals_name_the_construct_and_auto_recomputes(pg_conn: Any, sql: str, construct: str) -> None:

@@ -641,11 +641,17 @@ class _Planner:
         subquery = inner.this if isinstance(inner, exp.Exists) else inner.args["query"].this
         while isinstance(subquery, exp.Subquery):
             subquery = subquery.this
-        if not isinstance(subquery, exp.Select):
+        if isinstance(subquery, exp.SetOperation):
+            # `x IN (SELECT a FROM t UNION SELECT b FROM u)`: a derived set operation, when it reads
+            # nothing of the outer query (each branch would need the outer row otherwise).
+            if _correlated(subquery):
+                self.refuse(_subquery_form(conjunct) + " (correlated, over a set operation)")
+        elif not isinstance(subquery, exp.Select):
             self.refuse(_subquery_form(conjunct), "join instead, or use refresh_mode='full'")
-        self.separate_aliases(subquery, outer)
+        else:
+            self.separate_aliases(subquery, outer)
         condition: exp.Expr | None = None
-        if _is_plain(subquery):
+        if isinstance(subquery, exp.Select) and _is_plain(subquery):
             right: Relation = self.block(subquery, outer)
             value = subquery.selects[0] if isinstance(inner, exp.In) else None
         else:
@@ -772,7 +778,7 @@ def _is_plain(select: exp.Select) -> bool:
     return not any(s.find(exp.AggFunc, exp.Window) for s in select.selects)
 
 
-def _correlated(select: exp.Select) -> bool:
+def _correlated(select: exp.Query) -> bool:
     declared = {t.alias_or_name for t in select.find_all(exp.Table)} | {
         s.alias for s in select.find_all(exp.Subquery) if s.alias
     }
