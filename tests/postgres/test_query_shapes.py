@@ -380,6 +380,11 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
             "AS siblings FROM orders o",
             "` inside an expression",
         ),
+        # LIMIT 0 inside EXISTS is never true: not the "any row?" idiom.
+        (
+            "SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM customers c WHERE c.id = o.customer_id LIMIT 0)",
+            "`LIMIT` in `SELECT 1",
+        ),
         # IN over a set operation is a derived relation (tests/shapes.py), unless a branch reads the
         # outer row.
         (
@@ -413,6 +418,29 @@ def test_fetch_first_rows_only_is_a_limit(pg_conn: Any, mode: str) -> None:
         "INSERT INTO orders VALUES (21, 'c0', 100), (22, 'a', 5)",
         "UPDATE orders SET amount = 0 WHERE id IN (20, 19)",
         "DELETE FROM orders WHERE id IN (1, 4, 21)",
+    ]
+    follow_writes(pg_conn, streams, writes, mode)
+
+
+@pytest.mark.parametrize("mode", ["differential", "immediate"])
+def test_a_limit_inside_exists_changes_nothing(pg_conn: Any, mode: str) -> None:
+    """The "is there any row?" idiom (refused as a LIMIT below the outermost SELECT before; Spark's
+    analyzer refuses a correlated EXISTS with LIMIT itself)."""
+    execute(pg_conn, TWENTY_ORDERS)
+    streams = {
+        "has_sibling": (
+            "SELECT o.id FROM orders o WHERE EXISTS "
+            "(SELECT 1 FROM orders p WHERE p.customer = o.customer AND p.id <> o.id LIMIT 1)"
+        ),
+        "largest": (
+            "SELECT o.id, o.amount FROM orders o WHERE NOT EXISTS (SELECT 1 FROM orders p "
+            "WHERE p.customer = o.customer AND p.amount > o.amount ORDER BY p.id FETCH FIRST 1 ROW ONLY)"
+        ),
+    }
+    writes = [
+        "INSERT INTO orders VALUES (21, 'c9', 100), (22, 'c0', 500)",
+        "UPDATE orders SET customer = 'c8' WHERE id IN (21, 2)",
+        "DELETE FROM orders WHERE id IN (22, 6, 10, 14, 18)",
     ]
     follow_writes(pg_conn, streams, writes, mode)
 

@@ -127,6 +127,9 @@ def _planned(
         raise UnsupportedQuery(model, f"top-level `{type(tree).__name__.upper()}`", "write a single SELECT")
     # Before the construct checks: a view left unmerged (a subquery) should be refused for its call.
     refuse_nondeterministic(tree, catalog, schema, model)
+    for exists in tree.find_all(exp.Exists):
+        if isinstance(exists.this, exp.Select):
+            _drop_first_rows_limit(exists.this)
     _refuse_unsupported(tree, model)
     generators.refuse_several_columns(
         list(tree.selects), model, None if output_names is None else len(output_names)
@@ -776,6 +779,30 @@ def _is_plain(select: exp.Select) -> bool:
     if select.args.get("group") or select.args.get("having") or select.args.get("limit"):
         return False
     return not any(s.find(exp.AggFunc, exp.Window) for s in select.selects)
+
+
+def _drop_first_rows_limit(select: exp.Select) -> None:
+    """Inside EXISTS, `LIMIT n` (n >= 1, no OFFSET) and the ORDER BY it came with change nothing: a
+    subquery has a row when its first row exists.
+
+    >>> select = sqlglot.parse_one("SELECT 1 FROM t WHERE t.a = 1 ORDER BY t.b LIMIT 1")
+    >>> _drop_first_rows_limit(select)
+    >>> select.sql()
+    'SELECT 1 FROM t WHERE t.a = 1'
+    """
+    clause = select.args.get("limit")
+    if clause is None or select.args.get("offset") is not None:
+        return
+    if isinstance(clause, exp.Fetch):
+        options = clause.args.get("limit_options")
+        if options is not None and options.args.get("percent"):
+            return
+        value = clause.args.get("count") or exp.Literal.number(1)
+    else:
+        value = clause.args.get("expression")
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit() and int(value.this) >= 1:
+        select.set("limit", None)
+        select.set("order", None)
 
 
 def _correlated(select: exp.Query) -> bool:
