@@ -800,7 +800,12 @@ def _drop_first_rows_limit(select: exp.Select) -> None:
         value = clause.args.get("count") or exp.Literal.number(1)
     else:
         value = clause.args.get("expression")
-    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit() and int(value.this) >= 1:
+    if (
+        isinstance(value, exp.Literal)
+        and not value.is_string
+        and value.this.isdigit()
+        and int(value.this) >= 1
+    ):
         select.set("limit", None)
         select.set("order", None)
 
