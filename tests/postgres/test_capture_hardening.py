@@ -232,6 +232,36 @@ def test_a_removed_buffer_never_fails_a_write(orders: Any, removal: str) -> None
     _refresh_all(orders, "DIFFERENTIAL")
 
 
+def _move_frontiers_ahead(conn: Any) -> None:
+    """What a dump restored into a new server leaves: frontiers recorded by a server whose
+    transaction counter was far beyond this one's."""
+    execute(
+        conn,
+        "UPDATE dbt_ivm.stream_tables SET frontier = pg_catalog.format('%1$s:%1$s:', "
+        "pg_snapshot_xmax(pg_current_snapshot())::text::bigint + 1000000)::pg_snapshot",
+    )
+
+
+def test_a_frontier_ahead_of_the_server_is_a_full_refresh(orders: Any) -> None:
+    """Every change until the counter passed the frontier looked applied already: SKIP, stale."""
+    _move_frontiers_ahead(orders)
+    execute(orders, "INSERT INTO orders VALUES (21, 'c1', 21); UPDATE orders SET amount = 0 WHERE id = 1")
+    _refresh_all(orders, "FULL", "its frontier is ahead of this server's transactions")
+    execute(orders, "DELETE FROM orders WHERE id = 2")
+    _refresh_all(orders, "DIFFERENTIAL")
+
+
+def test_call_refresh_with_a_frontier_ahead_of_the_server_is_full(orders: Any) -> None:
+    _move_frontiers_ahead(orders)
+    execute(orders, "DELETE FROM orders WHERE id = 3")
+    for name, sql in STREAMS.items():
+        with orders.cursor() as cursor:
+            cursor.execute("CALL dbt_ivm.refresh(%s)", (f"public.{name}",))
+            action, reason = cursor.fetchone()[:2]
+        assert action == "FULL" and "ahead of this server" in reason, (name, action, reason)
+        assert_matches_query(orders, "public", name, sql, "after CALL refresh")
+
+
 def test_rows_inserted_into_an_inheritance_child_are_captured(orders: Any) -> None:
     execute(orders, "CREATE TABLE orders_archive (note text, extra int) INHERITS (orders)")
     _refresh_all(orders, "FULL", "children of public.orders changed")

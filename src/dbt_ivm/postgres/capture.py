@@ -426,6 +426,23 @@ def pending_filter(frontier_sql: str) -> str:
     return f"{q(XID)} >= pg_snapshot_xmin({frontier_sql}) AND NOT pg_visible_in_snapshot({q(XID)}, {frontier_sql})"
 
 
+# A frontier no transaction of this server has reached: the catalog came from another server (a
+# dump restored into a new cluster, whose transaction ids start low again). Every change until the
+# counter passes it would look already applied.
+FRONTIER_AHEAD = (
+    "its frontier is ahead of this server's transactions (the database was restored from a dump "
+    "into another server?): changes since could not be told from those already applied"
+)
+
+
+def frontier_ahead_sql(frontier_sql: str) -> str:
+    """SQL: the frontier snapshot lies in this server's future (`FRONTIER_AHEAD`)."""
+    return (
+        f"pg_catalog.pg_snapshot_xmax({frontier_sql}) > "
+        "pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())"
+    )
+
+
 def virtual_columns(db: Db, table: TableInfo) -> dict[str, str]:
     """Virtual generated columns (PostgreSQL 18) and their expressions. Transition tables carry them
     as NULL: a batch computes them from the captured row instead (raw_changes_sql)."""

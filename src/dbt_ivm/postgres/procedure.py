@@ -421,6 +421,9 @@ BEGIN
   IF __ivm_reason IS NULL AND __ivm_mode = 'full' THEN __ivm_reason := 'refresh_mode=''full'''; END IF;
   {whole}
   IF __ivm_reason IS NULL AND __ivm_frontier IS NULL THEN __ivm_reason := 'no frontier recorded'; END IF;
+  IF __ivm_reason IS NULL AND {capture.frontier_ahead_sql("__ivm_frontier")} THEN
+    __ivm_reason := {lit(capture.FRONTIER_AHEAD)};
+  END IF;
   IF __ivm_frontier IS NOT NULL AND __ivm_mode <> 'full' THEN {_per_source(catalog, program)}
   END IF;
   IF __ivm_apply_up_to IS NOT NULL AND (__ivm_reason IS NOT NULL OR __ivm_out_changes > __ivm_apply_up_to

@@ -766,6 +766,8 @@ def _choose_full_reason(
     reason = lifecycle.full_reason(spec, compiled.unsupported, current.frontier is not None, whole_input)
     if reason is not None or current.frontier is None:
         return reason, 0, []
+    if db.value(f"SELECT {capture.frontier_ahead_sql(capture.snapshot(current.frontier))}"):
+        return capture.FRONTIER_AHEAD, 0, []
     total = 0
     changed: list[TableInfo] = []
     for source in compiled.sources:
