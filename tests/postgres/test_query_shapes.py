@@ -385,6 +385,20 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
             "SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM customers c WHERE c.id = o.customer_id LIMIT 0)",
             "`LIMIT` in `SELECT 1",
         ),
+        # A generator in FROM is read as one in the SELECT list when that means the same rows.
+        (
+            "SELECT o.id, t.tag FROM orders o LEFT JOIN LATERAL unnest(ARRAY[o.customer]) AS t(tag) ON true",
+            "outer generator `",
+        ),
+        (
+            "SELECT o.id, t.tag, t.n FROM orders o, unnest(ARRAY[o.customer]) WITH ORDINALITY AS t(tag, n)",
+            "without WITH ORDINALITY",
+        ),
+        (
+            "SELECT o.id, a.x, b.y FROM orders o, unnest(ARRAY[o.customer]) AS a(x), "
+            "generate_series(1, o.id) AS b(y)",
+            "several generators in FROM",
+        ),
         # IN over a set operation is a derived relation (tests/shapes.py), unless a branch reads the
         # outer row.
         (
@@ -441,6 +455,38 @@ def test_a_limit_inside_exists_changes_nothing(pg_conn: Any, mode: str) -> None:
         "INSERT INTO orders VALUES (21, 'c9', 100), (22, 'c0', 500)",
         "UPDATE orders SET customer = 'c8' WHERE id IN (21, 2)",
         "DELETE FROM orders WHERE id IN (22, 6, 10, 14, 18)",
+    ]
+    follow_writes(pg_conn, streams, writes, mode)
+
+
+@pytest.mark.parametrize("mode", ["differential", "immediate"])
+def test_a_generator_in_from_is_maintained(pg_conn: Any, mode: str) -> None:
+    """`FROM o, unnest(o.tags) AS t(tag)`, `CROSS JOIN LATERAL`, `generate_series(1, o.n)`: refused as
+    "FROM item" / "table function" before."""
+    execute(
+        pg_conn,
+        "CREATE TABLE posts (id int PRIMARY KEY, tags text[], n int, author text);"
+        "INSERT INTO posts VALUES (1, '{a,b}', 2, 'x'), (2, '{b}', 0, 'y'), (3, NULL, 3, 'x'),"
+        "(4, '{}', 1, NULL), (5, '{a,a,NULL}', 2, 'z')",
+    )
+    streams = {
+        "tagged": "SELECT p.id, t.tag FROM posts p, unnest(p.tags) AS t(tag)",
+        "tagged_lateral": (
+            "SELECT p.id, p.author, t.tag FROM posts p CROSS JOIN LATERAL unnest(p.tags) AS t(tag) "
+            "WHERE t.tag <> 'b'"
+        ),
+        "numbered": "SELECT p.id, g.i FROM posts p, generate_series(1, p.n) AS g(i)",
+        "tag_counts": "SELECT t.tag, COUNT(*) AS n FROM posts p, unnest(p.tags) AS t(tag) GROUP BY t.tag",
+        "co_authors": (
+            "SELECT p.id, q.id AS other FROM posts p JOIN posts q ON q.author = p.author, "
+            "unnest(p.tags) AS t(tag) WHERE t.tag = 'a'"
+        ),
+    }
+    writes = [
+        "INSERT INTO posts VALUES (6, '{c,a}', 1, 'x')",
+        "UPDATE posts SET tags = array_append(tags, 'q'), n = n + 1 WHERE id IN (1, 3)",
+        "DELETE FROM posts WHERE id IN (2, 5)",
+        "UPDATE posts SET author = 'y' WHERE id = 6",
     ]
     follow_writes(pg_conn, streams, writes, mode)
 

@@ -4,7 +4,8 @@ writes. Each was wrong or failed before, in every mode:
 - `first_value(v) IGNORE NULLS OVER (…)` (and `last_value(v, true)`): the call was planned as an
   aggregate below the window, and the CREATE failed to parse;
 - `grouping_id()` without arguments (over every grouping key): 0 in every row of a ROLLUP;
-- a join hint, `/*+ BROADCAST(u) */`: its relation was looked up as a source ("does not exist").
+- a join hint, `/*+ BROADCAST(u) */`: its relation was looked up as a source ("does not exist");
+- `LATERAL VIEW explode(p.tags) t AS tag`: refused (now `explode` in a SELECT list over `p`).
 
 Iceberg's metadata columns (`_file`, `_pos`) change when a compaction moves rows, which no changelog
 shows: refused by name, and AUTO refreshes them FULL (they failed to plan before). Refusals show the
@@ -57,6 +58,43 @@ def test_spark_spellings_are_maintained(spark: Any, spark_schema: str) -> None:
         ],
         ("DIFFERENTIAL", "SKIP"),
     )
+
+
+def test_lateral_view_explode_is_maintained(spark: Any, spark_schema: str) -> None:
+    """`LATERAL VIEW explode(p.tags) t AS tag` is `explode` in a SELECT list over `p` (refused before);
+    `LATERAL VIEW OUTER` is refused by name, and AUTO refreshes it FULL."""
+    s = spark_schema
+    spark.sql(
+        f"CREATE TABLE {s}.posts (id int, tags array<string>, author string) USING iceberg "
+        "TBLPROPERTIES ('dbt_ivm.primary_key'='id')"
+    )
+    spark.sql(
+        f"INSERT INTO {s}.posts VALUES (1, array('a', 'b'), 'x'), (2, array('b'), 'y'), (3, NULL, 'x'), "
+        "(4, array(), NULL), (5, array('a', 'a', NULL), 'z')"
+    )
+    exploded = f"FROM {s}.posts p LATERAL VIEW explode(p.tags) t AS tag"
+    streams = {
+        "tagged": f"SELECT p.id, t.tag {exploded}",
+        "tagged_filtered": f"SELECT p.id, p.author, tag {exploded} WHERE tag <> 'b'",
+        "tag_counts": f"SELECT t.tag, COUNT(*) AS n {exploded} GROUP BY t.tag",
+    }
+    follow_writes(
+        spark,
+        s,
+        streams,
+        [
+            f"INSERT INTO {s}.posts VALUES (6, array('c', 'a'), 'x')",
+            f"UPDATE {s}.posts SET tags = array_append(coalesce(tags, array()), 'q') WHERE id IN (1, 3)",
+            f"DELETE FROM {s}.posts WHERE id IN (2, 5)",
+        ],
+        ("DIFFERENTIAL", "SKIP"),
+    )
+    outer = f"SELECT p.id, t.tag FROM {s}.posts p LATERAL VIEW OUTER explode(p.tags) t AS tag"
+    with pytest.raises(UnsupportedQuery, match="outer generator `"):
+        run_stream_table(spark, make_spec(s, "kept", outer, refresh_mode="differential"))
+    refresh_and_check(spark, s, "kept", outer, "create")
+    spark.sql(f"INSERT INTO {s}.posts VALUES (7, NULL, 'w')")
+    assert refresh_and_check(spark, s, "kept", outer, "auto").action == "FULL"
 
 
 def test_metadata_columns_and_volatile_calls_are_refused_by_spark_names(

@@ -35,6 +35,7 @@ from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.plan import generators, rewrites
 from dbt_ivm.plan.dialects import read_dialect
 from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
+from dbt_ivm.plan.lateral import from_generators
 from dbt_ivm.plan.messages import excerpt, shown, written_in
 from dbt_ivm.plan.nodes import (
     AggCall,
@@ -119,6 +120,7 @@ def _planned(
         )
         tree = rename_reserved_names(tree)
         tree = merge_subqueries(tree)
+        tree = from_generators(tree, model)
         tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
     except OptimizeError as error:
         _refuse_system_columns(tree, model, dialect)
@@ -286,6 +288,8 @@ def _resolve_tables(tree: exp.Expr, catalog: Catalog, model: str, dialect: str) 
             if not table.args.get("db") and table.name in ctes:
                 continue
             if not isinstance(table.this, exp.Identifier):
+                if isinstance(table.parent, exp.Join):
+                    continue  # a generator beside the table it reads (plan/lateral.py)
                 raise UnsupportedQuery(model, f"table function `{table.sql(dialect)}`", "select from a table")
             info = catalog.lookup(table.db or None, table.name)
             if info is None:
@@ -348,8 +352,6 @@ def _refuse_unmaintained_clauses(tree: exp.Expr, model: str) -> None:
             fix = "aggregate with FILTER or CASE per value (SUM(v) FILTER (WHERE g = 'a'))"
             if construct == "UNPIVOT":
                 fix = "UNION ALL one SELECT per column"
-        elif isinstance(node, exp.Lateral) and node.args.get("view"):
-            construct, fix = "LATERAL VIEW", "use refresh_mode='full'"
         elif isinstance(node, exp.With) and node.args.get("recursive"):
             # Its body reads itself: inlined, the self-reference would be an unknown table.
             names = ", ".join(cte.alias_or_name for cte in node.expressions)
