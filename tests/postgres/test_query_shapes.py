@@ -421,27 +421,14 @@ def test_refusals_name_the_construct_and_auto_recomputes(pg_conn: Any, sql: str,
 
 
 @pytest.mark.parametrize("mode", ["differential", "immediate"])
-def test_fetch_first_rows_only_is_a_limit(pg_conn: Any, mode: str) -> None:
-    """The SQL standard's spelling of LIMIT (refused as "not a whole number" before)."""
+def test_fetch_first_and_limit_inside_exists(pg_conn: Any, mode: str) -> None:
+    """The SQL standard's spelling of LIMIT (refused as "not a whole number" before), and the "is
+    there any row?" idiom, LIMIT inside EXISTS (refused as a LIMIT below the outermost SELECT before;
+    Spark's analyzer refuses a correlated EXISTS with LIMIT itself)."""
     execute(pg_conn, TWENTY_ORDERS)
     streams = {
         "fetched": "SELECT id, amount FROM orders ORDER BY amount DESC, id OFFSET 1 ROWS FETCH FIRST 3 ROWS ONLY",
         "first": "SELECT id, customer FROM orders ORDER BY customer, id FETCH FIRST ROW ONLY",
-    }
-    writes = [
-        "INSERT INTO orders VALUES (21, 'c0', 100), (22, 'a', 5)",
-        "UPDATE orders SET amount = 0 WHERE id IN (20, 19)",
-        "DELETE FROM orders WHERE id IN (1, 4, 21)",
-    ]
-    follow_writes(pg_conn, streams, writes, mode)
-
-
-@pytest.mark.parametrize("mode", ["differential", "immediate"])
-def test_a_limit_inside_exists_changes_nothing(pg_conn: Any, mode: str) -> None:
-    """The "is there any row?" idiom (refused as a LIMIT below the outermost SELECT before; Spark's
-    analyzer refuses a correlated EXISTS with LIMIT itself)."""
-    execute(pg_conn, TWENTY_ORDERS)
-    streams = {
         "has_sibling": (
             "SELECT o.id FROM orders o WHERE EXISTS "
             "(SELECT 1 FROM orders p WHERE p.customer = o.customer AND p.id <> o.id LIMIT 1)"
@@ -452,9 +439,9 @@ def test_a_limit_inside_exists_changes_nothing(pg_conn: Any, mode: str) -> None:
         ),
     }
     writes = [
-        "INSERT INTO orders VALUES (21, 'c9', 100), (22, 'c0', 500)",
-        "UPDATE orders SET customer = 'c8' WHERE id IN (21, 2)",
-        "DELETE FROM orders WHERE id IN (22, 6, 10, 14, 18)",
+        "INSERT INTO orders VALUES (21, 'c0', 100), (22, 'a', 5), (23, 'c9', 100)",
+        "UPDATE orders SET amount = 0 WHERE id IN (20, 19); UPDATE orders SET customer = 'c8' WHERE id IN (23, 2)",
+        "DELETE FROM orders WHERE id IN (1, 4, 21, 6, 10)",
     ]
     follow_writes(pg_conn, streams, writes, mode)
 
