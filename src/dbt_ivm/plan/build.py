@@ -129,7 +129,7 @@ def _planned(
         raise UnsupportedQuery(model, f"top-level `{type(tree).__name__.upper()}`", "write a single SELECT")
     # Before the construct checks: a view left unmerged (a subquery) should be refused for its call.
     refuse_nondeterministic(tree, catalog, schema, model)
-    for exists in tree.find_all(exp.Exists):
+    for exists in tree.find_all(exp.Exists):  # the "any row?" idiom, before LIMIT below the top is refused
         if isinstance(exists.this, exp.Select):
             _drop_first_rows_limit(exists.this)
     _refuse_unsupported(tree, model)

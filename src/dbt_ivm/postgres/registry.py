@@ -202,10 +202,9 @@ def advance(db: Db, catalog: str, stream_table: str) -> None:
 
 def unregister(db: Db, catalog: str, stream_table: str) -> None:
     db.execute(f"DELETE FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s", (stream_table,))
+    # A catalog of an earlier dbt-ivm has no log of outside writes.
     if db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(catalog, outside_writes.TABLE),)):
-        db.execute(
-            outside_writes.forget_sql(catalog, stream_table)
-        )  # (a catalog of an earlier dbt-ivm has none)
+        db.execute(outside_writes.forget_sql(catalog, stream_table))
 
 
 def record(db: Db, catalog: str, stream_table: str, values: dict[str, Any]) -> int:
