@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dbt_ivm.operations import Operations
+    from dbt_ivm.status import StreamTableStatus
 
 DEFAULT_PG_DIR = ".ivm/pg"
 DEFAULT_PROFILE = "dbt_ivm"
@@ -235,6 +236,8 @@ def _list(args: argparse.Namespace) -> int:
                     "schedule": r.schedule,
                     "last_action": r.last_action,
                     "last_status": r.last_status,
+                    "next_action": r.next_action,
+                    "next_reason": r.next_reason,
                 }
                 for r in found
             ]
@@ -252,6 +255,7 @@ def _list(args: argparse.Namespace) -> int:
             "LAST REFRESH",
             "STALE FOR",
             "SCHEDULE",
+            "NEXT REFRESH",
         )
         lines = [
             (
@@ -263,10 +267,16 @@ def _list(args: argparse.Namespace) -> int:
                 f"{r.last_action} {r.last_status}" if r.last_action else "never",
                 _duration(r.staleness_seconds),
                 r.schedule or (f"lag {_duration(r.target_lag_seconds)}" if r.target_lag_seconds else "-"),
+                _next_text(r),
             )
             for r in found
         ]
         _print_table(header, lines)
+        recomputed = [r for r in found if r.next_reason]
+        if recomputed:
+            print("\nrecomputed at the next refresh:")
+            for r in recomputed:
+                print(f"  {r.stream_table}: {r.next_action}, {r.next_reason}")
         missing = [r.stream_table for r in found if not r.exists]
         if missing:
             print(
@@ -276,6 +286,14 @@ def _list(args: argparse.Namespace) -> int:
         return 0
 
     return _with_backend(args, work)
+
+
+def _next_text(status: StreamTableStatus) -> str:
+    """What the next refresh will do, as far as the catalog tells: `FULL` or `REBUILD` (its reason is
+    printed under the table), `FULL` for refresh_mode='full', else `-` (planning decides)."""
+    if status.next_action:
+        return f"{status.next_action} (see below)"
+    return "FULL" if status.refresh_mode == "full" and status.exists else "-"
 
 
 def _duration(seconds: float | None) -> str:

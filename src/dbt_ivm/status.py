@@ -25,6 +25,10 @@ class StreamTableStatus:
     last_action: str | None = None  # the newest history row's action and status
     last_status: str | None = None
     schedule: str | None = None  # or its cron schedule
+    # The next refresh recomputes the table (FULL, or REBUILD for IMMEDIATE), and why: what the
+    # catalog already knows (a write by hand, a TRUNCATE, lost capture), before planning the query.
+    next_action: str | None = None
+    next_reason: str | None = None
 
     @property
     def pending_total(self) -> int | None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dbt_ivm import cli
-from dbt_ivm.postgres import registrations
+from dbt_ivm.postgres import outside_writes, registrations
 from dbt_ivm.postgres.db import Db
 from tests.oracle import assert_matches_query
 from tests.postgres.streams import (
@@ -210,6 +210,8 @@ def test_cli_list(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) ->
         "STALE",
         "FOR",
         "SCHEDULE",
+        "NEXT",
+        "REFRESH",
     ]
     lines = {line.split()[0]: line.split() for line in out[1:]}
     assert lines["public.big_orders"][1:5] == ["yes", "differential", "public.orders", "2"]
@@ -229,6 +231,65 @@ def test_cli_list(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) ->
     status = capsys.readouterr().out.splitlines()
     assert [line.split()[:7] for line in status] == [line.split()[:7] for line in out]
     assert "DIFFERENTIAL OK" in status[2]
+
+
+def test_status_says_why_the_next_refresh_recomputes(
+    shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def next_refresh() -> dict[str, tuple[str | None, str | None]]:
+        found = registrations.list_registrations(Db(shop), CATALOG)
+        return {r.stream_table: (r.next_action, r.next_reason) for r in found}
+
+    assert set(next_refresh().values()) == {(None, None)}
+    execute(shop, "TRUNCATE orders; INSERT INTO orders VALUES (1, 'c1', 5, NULL)")
+    truncated = ("FULL", "public.orders was truncated")
+    assert next_refresh() == {"public.big_orders": truncated, "public.customer_totals": truncated}
+    # The refresh does what status said, and says it in the same words.
+    result = refresh_and_check(
+        shop, "customer_totals", STREAMS["customer_totals"], refresh_mode="differential"
+    )
+    assert (result.action, result.reason) == truncated
+    assert next_refresh()["public.customer_totals"] == (None, None)
+
+    execute(shop, "UPDATE customer_totals SET total = 0 WHERE customer = 'c1'")  # by hand
+    action, why = next_refresh()["public.customer_totals"]
+    assert action == "FULL" and why is not None and "written outside dbt-ivm" in why
+    result = refresh_and_check(
+        shop, "customer_totals", STREAMS["customer_totals"], refresh_mode="differential"
+    )
+    assert (result.action, result.reason) == (action, why)
+    execute(shop, "ALTER TABLE customer_totals DISABLE TRIGGER __ivm_guard")
+    assert next_refresh()["public.customer_totals"] == ("FULL", outside_writes.UNGUARDED)
+
+    assert cli.main(["status", "--dsn", pg_dsn]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()[1:3]}
+    assert lines["public.customer_totals"].rstrip().endswith("FULL (see below)")
+    assert out.split("recomputed at the next refresh:\n")[1].splitlines() == [
+        f"  public.big_orders: FULL, {truncated[1]}",
+        f"  public.customer_totals: FULL, {outside_writes.UNGUARDED}",
+    ]
+    assert cli.main(["status", "--dsn", pg_dsn, "--json"]) == 0
+    listed = {r["stream_table"]: r for r in json.loads(capsys.readouterr().out)}
+    assert (
+        listed["public.big_orders"]["next_action"],
+        listed["public.big_orders"]["next_reason"],
+    ) == truncated
+
+
+def test_status_says_an_immediate_table_written_by_hand_is_rebuilt(shop: Any) -> None:
+    sql = "SELECT customer, COUNT(*) AS n FROM orders GROUP BY customer"
+    refresh_and_check(shop, "counts_now", sql, refresh_mode="immediate")
+    execute(shop, "INSERT INTO orders VALUES (100, 'c9', 1, NULL)")  # maintained by the writer
+    execute(shop, "DELETE FROM counts_now WHERE customer = 'c0'")  # by hand
+    (found,) = [
+        r
+        for r in registrations.list_registrations(Db(shop), CATALOG)
+        if r.stream_table == "public.counts_now"
+    ]
+    assert found.next_action == "REBUILD" and found.next_reason and "outside dbt-ivm" in found.next_reason
+    result = refresh_and_check(shop, "counts_now", sql, refresh_mode="immediate")
+    assert (result.action, result.reason) == (found.next_action, found.next_reason)
 
 
 def test_cli_history(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:

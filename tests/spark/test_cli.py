@@ -10,6 +10,7 @@ import pytest
 
 from dbt_ivm import cli
 from dbt_ivm.spark import registrations
+from dbt_ivm.spark.commit import UNSTAMPED
 from tests.spark.oracle import assert_matches_query, refresh_and_check
 
 pytestmark = pytest.mark.spark
@@ -75,6 +76,38 @@ def test_status_refresh_and_history(
 
     code, out, _ = _run(capsys, "refresh", *options, f"{s}.nothing")
     assert code == 1  # an unknown name is refused by name
+
+
+def test_status_says_why_the_next_refresh_recomputes(spark: Any, spark_schema: str) -> None:
+    s = spark_schema
+    _two_stream_tables(spark, s)
+    catalog = f"{s}_ivm"
+
+    def next_refresh() -> dict[str, tuple[str | None, str | None]]:
+        return {
+            r.stream_table: (r.next_action, r.next_reason)
+            for r in registrations.list_registrations(spark, catalog)
+        }
+
+    assert set(next_refresh().values()) == {(None, None)}
+    spark.sql(f"INSERT INTO {s}.totals VALUES ('z', 1, 1)")  # by hand
+    assert next_refresh()[f"{s}.totals"] == ("FULL", UNSTAMPED)
+    # The refresh does what status said, in the same words.
+    result = refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "after a write by hand")
+    assert (result.action, result.reason) == ("FULL", UNSTAMPED)
+
+    # The snapshot of orders that totals' frontier names expires.
+    spark.sql(f"INSERT INTO {s}.orders VALUES (6,'d',6)")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (7,'d',7)")
+    spark.sql(
+        f"CALL spark_catalog.system.expire_snapshots(table => '{s}.orders', "
+        "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)"
+    )
+    action, why = next_refresh()[f"{s}.totals"]
+    assert action == "FULL" and why is not None and "is no longer in its history" in why
+    result = refresh_and_check(spark, s, "totals", TOTALS.format(s=s), "after the frontier expired")
+    assert (result.action, result.reason) == (action, why)
+    assert next_refresh()[f"{s}.totals"] == (None, None)
 
 
 def test_drop_and_gc(

@@ -487,7 +487,14 @@ def pending_stats_sql(catalog: str, table: TableInfo, frontier_sql: str) -> str:
     """(changes pending since the frontier `frontier_sql`, whether a FULL mark — TRUNCATE — is pending too)."""
     return (
         f"SELECT (SELECT count(*) FROM {qn(catalog, buffer_name(table))} WHERE {pending_filter(frontier_sql)}), "
-        f"EXISTS (SELECT 1 FROM {qn(catalog, MARKS)} WHERE buffer = {lit(buffer_name(table))} "
+        f"{full_mark_pending_sql(catalog, buffer_name(table), frontier_sql)}"
+    )
+
+
+def full_mark_pending_sql(catalog: str, buffer: str, frontier_sql: str) -> str:
+    """SQL: a FULL mark (TRUNCATE) of `buffer` was committed after the frontier `frontier_sql`."""
+    return (
+        f"EXISTS (SELECT 1 FROM {qn(catalog, MARKS)} WHERE buffer = {lit(buffer)} "
         f"AND kind = {lit(FULL_MARK)} AND {pending_filter(frontier_sql)})"
     )
 

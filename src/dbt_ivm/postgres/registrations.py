@@ -11,7 +11,9 @@ calls it before each refresh) and then removes capture from sources nobody reads
 
 from __future__ import annotations
 
-from dbt_ivm.postgres import capture, immediate, procedure
+from dataclasses import dataclass
+
+from dbt_ivm.postgres import capture, immediate, in_database, outside_writes, procedure
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.in_database import refresh_lock_key
 from dbt_ivm.sqltext import lit, qn
@@ -105,7 +107,8 @@ def registered_relations(db: Db, catalog: str) -> list[tuple[str, str, str]]:
 
 
 def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
-    """Every registered stream table, whether its table exists, and the changes waiting for it."""
+    """Every registered stream table, whether its table exists, the changes waiting for it, and why
+    its next refresh recomputes it, when the catalog already says so."""
     if not catalog_exists(db, catalog):
         return []
     found: list[StreamTableStatus] = []
@@ -115,21 +118,84 @@ def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
             for source, buffer in db.rows(f"SELECT source, buffer_table FROM {qn(catalog, 'change_buffers')}")
         }
         registered = db.rows(
-            "SELECT s.stream_table, s.schema_name, s.table_name, s.refresh_mode, s.sources, s.frontier::text, "
+            "SELECT s.stream_table, s.schema_name, s.table_name, s.frontier::text, s.needs_full, "
+            "s.refresh_mode, s.sources, "
             "s.refreshed_at, extract(epoch FROM now() - s.refreshed_at)::float8, "
             "(s.run_settings ->> 'target_lag_seconds')::float8, h.action, h.status, s.run_settings ->> 'schedule' "
             f"FROM {qn(catalog, 'stream_tables')} AS s LEFT JOIN LATERAL (SELECT action, status "
             f"FROM {qn(catalog, 'refresh_history')} WHERE stream_table = s.stream_table "
             "ORDER BY refresh_id DESC LIMIT 1) AS h ON true ORDER BY s.stream_table"
         )
-        # The columns after `frontier` are StreamTableStatus's fields after `pending`, in its order
-        # (refreshed_at, staleness, target_lag, last action and status, schedule).
-        for key, schema, table, mode, sources, frontier, *shown in registered:
+        # The columns from `refresh_mode` on are StreamTableStatus's fields from its third on, in its
+        # order but for `pending` (refresh_mode, sources, refreshed_at, staleness, target_lag, last
+        # action and status, schedule).
+        for key, schema, table, frontier, needs_full, mode, sources, *shown in registered:
             exists = bool(db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(schema, table),)))
             names = [str(s) for s in sources or []]
             pending = {s: _pending(db, catalog, buffers.get(s), frontier) for s in names}
-            found.append(StreamTableStatus(str(key), exists, str(mode), names, pending, *shown))
+            status = StreamTableStatus(str(key), exists, str(mode), names, pending, *shown)
+            if exists and mode != "full":
+                looked = Looked(str(key), qn(schema, table), frontier, needs_full)
+                reason = _recompute_reason(db, catalog, looked, {s: buffers.get(s) for s in names})
+                if reason is not None:
+                    status.next_action = "REBUILD" if mode == "immediate" else "FULL"
+                    status.next_reason = reason
+            found.append(status)
     return found
+
+
+@dataclass(frozen=True)
+class Looked:
+    """What `list_registrations` read of one registration."""
+
+    stream_table: str
+    relation: str
+    frontier: str | None
+    needs_full: str | None
+
+
+def _recompute_reason(db: Db, catalog: str, looked: Looked, buffers: dict[str, str | None]) -> str | None:
+    """Why the next refresh recomputes the table, as far as the catalog tells without planning its
+    query (the runner finds these same reasons, and those only planning shows: DDL on a source).
+    `buffers`: each source's change buffer (None: it has none)."""
+    if looked.needs_full:
+        return looked.needs_full
+    if _readable(db, qn(catalog, outside_writes.TABLE)):  # else a catalog from before it existed
+        written = outside_writes.reason(db, catalog, looked.stream_table)
+        if written is not None:
+            return written
+    if looked.frontier is None:
+        return None
+    frontier = capture.snapshot(looked.frontier)
+    if db.value(f"SELECT {capture.frontier_ahead_sql(frontier)}"):
+        return capture.FRONTIER_AHEAD
+    marks = _readable(db, qn(catalog, capture.MARKS))
+    for source, buffer in buffers.items():
+        if (
+            marks
+            and buffer is not None
+            and db.value(f"SELECT {capture.full_mark_pending_sql(catalog, buffer, frontier)}")
+        ):
+            return f"{source} was truncated"
+    if not _readable(db, qn(catalog, in_database.TABLE)):
+        return None
+    version = db.value(
+        in_database.installed_version(catalog),
+        (looked.stream_table, in_database.signature(catalog, looked.stream_table)),
+    )
+    if (version or 0) >= outside_writes.GUARDED_SINCE and not outside_writes.guarded(db, looked.relation):
+        return outside_writes.UNGUARDED
+    return None
+
+
+def _readable(db: Db, relation: str) -> bool:
+    """`relation` exists and this role may read it (a status reader need not be the catalog's owner)."""
+    return bool(
+        db.value(
+            "SELECT to_regclass(%s) IS NOT NULL AND has_table_privilege(to_regclass(%s), 'SELECT')",
+            (relation, relation),
+        )
+    )
 
 
 def _pending(db: Db, catalog: str, buffer: str | None, frontier: str | None) -> int | None:
@@ -137,11 +203,7 @@ def _pending(db: Db, catalog: str, buffer: str | None, frontier: str | None) -> 
     if buffer is None or frontier is None:
         return None
     relation = qn(catalog, buffer)
-    readable = db.value(
-        "SELECT to_regclass(%s) IS NOT NULL AND has_table_privilege(to_regclass(%s), 'SELECT')",
-        (relation, relation),
-    )
-    if not readable:
+    if not _readable(db, relation):
         return None
     frontier_sql = f"{lit(frontier)}::pg_snapshot"
     count = db.value(f"SELECT count(*) FROM {relation} WHERE {capture.pending_filter(frontier_sql)}")

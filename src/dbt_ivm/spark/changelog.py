@@ -91,6 +91,16 @@ class ChangeView:
         return self.path == "full_refresh"
 
 
+def unavailable(label: str, reason: str | None) -> str:
+    """Why a refresh recomputes: `label`'s changes cannot be read (`reason`, a ChangeView's)."""
+    return f"changes of {label} are unavailable: {reason}"
+
+
+def start_gone(label: str, start_snapshot_id: int) -> str:
+    """Why a range whose start snapshot is gone is recomputed."""
+    return f"snapshot {start_snapshot_id} of {label} is no longer in its history (expired, or the table was replaced)"
+
+
 def create_change_view(
     spark: SparkSession,
     table: TableName,
@@ -145,11 +155,7 @@ def create_change_view(
             reason=f"{label} had no snapshot at the start: every row of snapshot {end} is new",
         )
     if not known.start_exists:
-        return full(
-            f"snapshot {start_snapshot_id} of {label} is no longer in its history "
-            "(expired, or the table was replaced)",
-            end,
-        )
+        return full(start_gone(label, start_snapshot_id), end)
     if not known.same_schema:
         start_columns = columns_at(spark, table, start_snapshot_id)
         if _read_of(start_columns, read) != _read_of(end_columns, read):

@@ -41,6 +41,13 @@ VIEWS_PROPERTY = "dbt-ivm.views"
 COLUMNS_PROPERTY = "dbt-ivm.columns"
 ZONE_PROPERTY = "dbt-ivm.zone"
 
+# Why a stream table is recomputed, as the runner and `dbt-ivm status` say it.
+UNSTAMPED = (
+    "the stream table's current snapshot carries no dbt-ivm frontier (it was written outside dbt-ivm, "
+    "or restored)"
+)
+INTERRUPTED_REBUILD = "the stream table was built from another definition (an interrupted rebuild)"
+
 
 @dataclass(frozen=True)
 class Stamp:

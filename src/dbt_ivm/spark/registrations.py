@@ -11,6 +11,7 @@ job). A registration whose table is gone costs nothing but a row, so nothing rem
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, cast, get_args
 
 from dbt_ivm import run_settings
@@ -19,7 +20,8 @@ from dbt_ivm.errors import IvmError
 from dbt_ivm.scheduling import Outcome, Registered, refresh_in_order, unknown_names
 from dbt_ivm.spark import iceberg, registry
 from dbt_ivm.spark.catalog import NO_SNAPSHOT
-from dbt_ivm.spark.commit import current_stamp
+from dbt_ivm.spark.changelog import start_gone, unavailable
+from dbt_ivm.spark.commit import INTERRUPTED_REBUILD, UNSTAMPED, current_stamp
 from dbt_ivm.spec import RefreshMode, StreamTableSpec
 from dbt_ivm.status import HistoryRow, StreamTableStatus
 
@@ -74,26 +76,53 @@ def _last_refreshes(spark: Any, catalog: str) -> dict[str, tuple[str, str, Any, 
     return {str(r[0]): (str(r[1]), str(r[2]), r[3], None if r[4] is None else float(r[4])) for r in rows}
 
 
-def _pending(spark: Any, found: registry.Registration) -> dict[str, int | None]:
-    """Row images of each source's snapshots after the stream table's frontier (None: unknown)."""
-    _, stamp = current_stamp(spark, (found.schema_name, found.table_name))
-    pending: dict[str, int | None] = {}
+@dataclass
+class Looked:
+    """What the metadata says of a stream table: each source's pending row images (None: unknown),
+    and whether and why the next refresh recomputes it (the runner's reasons that need no planning)."""
+
+    pending: dict[str, int | None]
+    next_action: str | None = None
+    next_reason: str | None = None
+
+    def recompute(self, action: str, reason: str) -> None:
+        if self.next_reason is None:
+            self.next_action, self.next_reason = action, reason
+
+
+def _look(spark: Any, found: registry.Registration) -> Looked:
+    """Row images of each source's snapshots after the stream table's frontier, read from Iceberg's
+    metadata (no Spark job), and what forces its next refresh to recompute."""
+    current, stamp = current_stamp(spark, (found.schema_name, found.table_name))
+    looked = Looked({})
+    incremental = found.refresh_mode != "full"  # else every refresh recomputes: nothing to tell
+    if incremental and stamp is None:
+        looked.recompute("FULL", UNSTAMPED if current is not None else "the stream table has no snapshot")
+    elif incremental and stamp is not None and stamp.fingerprint != found.fingerprint:
+        looked.recompute("REBUILD", INTERRUPTED_REBUILD)
     for source in found.sources:
         start = None if stamp is None else stamp.frontier.get(source)
         parts = split_qualified(source)
-        if start is None or not iceberg.is_iceberg_table(spark, parts):
-            pending[source] = None
+        looked.pending[source] = None
+        if not iceberg.is_iceberg_table(spark, parts):
+            if incremental:
+                looked.recompute("FULL", f"{source} is not an Iceberg table (or is gone): no change history")
+            continue
+        if start is None:
+            if incremental and stamp is not None:
+                looked.recompute("FULL", f"no frontier recorded for {source}")
             continue
         end = iceberg.current_snapshot_id(spark, parts)
         end = NO_SNAPSHOT if end is None else end
         if start == end:
-            pending[source] = 0
-        elif start == NO_SNAPSHOT:
-            pending[source] = None  # everything committed since the table was empty: not counted here
-        else:
-            chain = iceberg.lineage(spark, parts, start, end).chain
-            pending[source] = None if chain is None else sum(s.changed_records for s in chain)
-    return pending
+            looked.pending[source] = 0
+        elif start != NO_SNAPSHOT:  # else everything since the table was empty: not counted here
+            known = iceberg.lineage(spark, parts, start, end)
+            if known.chain is not None:
+                looked.pending[source] = sum(s.changed_records for s in known.chain)
+            if incremental and not known.start_exists:
+                looked.recompute("FULL", unavailable(source, start_gone(source, start)))
+    return looked
 
 
 def registered_relations(spark: Any, catalog: str) -> list[tuple[str, str, str]]:
@@ -113,6 +142,7 @@ def list_registrations(spark: Any, catalog: str) -> list[StreamTableStatus]:
     found = []
     for registration in _registrations(spark, catalog):
         exists = _exists(spark, registration)
+        looked = _look(spark, registration) if exists else Looked({s: None for s in registration.sources})
         action, status, refreshed_at, stale = last.get(registration.stream_table, (None, None, None, None))
         settings = spec_of(registration, catalog, INITIATED_BY)
         found.append(
@@ -121,13 +151,15 @@ def list_registrations(spark: Any, catalog: str) -> list[StreamTableStatus]:
                 exists,
                 registration.refresh_mode,
                 list(registration.sources),
-                _pending(spark, registration) if exists else {s: None for s in registration.sources},
+                looked.pending,
                 refreshed_at,
                 stale,
                 settings.target_lag_seconds,
                 action,
                 status,
                 settings.schedule,
+                looked.next_action,
+                looked.next_reason,
             )
         )
     return found

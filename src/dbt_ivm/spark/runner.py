@@ -77,7 +77,14 @@ from dbt_ivm.spark import (
 )
 from dbt_ivm.spark.apply import TempViews, bt
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkCatalog, SparkTable, incomparable
-from dbt_ivm.spark.commit import Stamp, commit_with, current_stamp, stamp_without_data
+from dbt_ivm.spark.commit import (
+    INTERRUPTED_REBUILD,
+    UNSTAMPED,
+    Stamp,
+    commit_with,
+    current_stamp,
+    stamp_without_data,
+)
 from dbt_ivm.spark.iceberg import quoted_name
 from dbt_ivm.spark.source_versions import SourceVersions
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
@@ -334,7 +341,7 @@ class SparkBackend:
         _, self._stamp = current_stamp(self.spark, _parts(self.spec))
         if self._stamp is not None and self._stamp.fingerprint != registered.fingerprint:
             # A rebuild died between registering the new query and creating its table.
-            return "the stream table was built from another definition (an interrupted rebuild)"
+            return INTERRUPTED_REBUILD
         return None
 
     def build(self, sql: str, action: str, reason: str | None, started: float) -> RefreshResult:
@@ -702,10 +709,7 @@ def _full_reason(
         names = ", ".join(f"{s.info.qualified} ({s.provider or 'unknown'})" for s in compiled.not_iceberg)
         return f"not Iceberg tables, no change history: {names}"
     if spec.refresh_mode != "full" and compiled.plan is not None and frontier is None:
-        return (
-            "the stream table's current snapshot carries no dbt-ivm frontier (it was written outside "
-            "dbt-ivm, or restored)"
-        )
+        return UNSTAMPED
     whole_input = whole_input_reason(compiled.plan, "spark") if compiled.plan is not None else None
     reason = lifecycle.full_reason(spec, compiled.unsupported, frontier is not None, whole_input)
     if reason is not None or frontier is None:

@@ -26,7 +26,7 @@ from dbt_ivm.delta.terms import Bindings
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.spark.apply import TempViews
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable, incomparable_columns
-from dbt_ivm.spark.changelog import create_change_view
+from dbt_ivm.spark.changelog import create_change_view, unavailable
 from dbt_ivm.spark.iceberg import total_records
 from dbt_ivm.spec import StreamTableSpec
 from dbt_ivm.sqltext import WEIGHT, columns
@@ -71,9 +71,7 @@ def bind(
         if change.release is not None:
             views.on_drop(change.release)
         if change.view is None:
-            return Batch(
-                f"changes of {name} are unavailable: {change.reason}", total, rebuild=change.schema_changed
-            )
+            return Batch(unavailable(name, change.reason), total, rebuild=change.schema_changed)
         # The view is not computed yet: AUTO can still choose to recompute instead.
         size = total_records(spark, table, end) if spec.refresh_mode == "auto" and end != NO_SNAPSHOT else 0
         if start != NO_SNAPSHOT and _changelog_outweighs(change.row_images, size):
