@@ -103,6 +103,10 @@ ONLY_MODEL_COLUMNS = frozenset(
         "not_in_subquery",
         "in_union",
         "not_in_except",
+        "values_join",
+        "values_left_join_totals",
+        "union_all_values",
+        "in_values",
         "import_ctes",
         "cte_aggregate_of_join",
         "union_all",
@@ -205,6 +209,23 @@ def streams(s: str) -> dict[str, str]:
         "not_in_except": (
             f"SELECT o.id, o.amount FROM {s}.orders o WHERE o.customer_id NOT IN ("
             f"SELECT c.id FROM {s}.customers c EXCEPT SELECT e.v FROM {s}.events e)"
+        ),
+        # rows written in the query (VALUES): joined, grouped over, unioned, probed; they never change
+        "values_join": (
+            f"SELECT c.id, c.name, t.rank FROM {s}.customers c "
+            "JOIN (VALUES ('premium', 1), ('standard', 2)) AS t(tier, rank) ON c.tier = t.tier"
+        ),
+        "values_left_join_totals": (
+            "SELECT t.label, COUNT(o.id) AS n, SUM(o.amount) AS total "
+            "FROM (VALUES (1, 'one'), (2, 'two'), (9, 'nine')) AS t(cid, label) "
+            f"LEFT JOIN {s}.orders o ON o.customer_id = t.cid GROUP BY t.label"
+        ),
+        "union_all_values": (
+            f"SELECT o.id, o.amount FROM {s}.orders o UNION ALL VALUES (0, CAST(NULL AS decimal(10,2))), (-1, 1.5)"
+        ),
+        "in_values": (
+            f"SELECT o.id, o.amount FROM {s}.orders o "
+            "WHERE o.customer_id IN (SELECT t.v FROM (VALUES (1), (3), (5)) AS t(v))"
         ),
         "scalar_subquery_where": (
             f"SELECT o.id, o.amount FROM {s}.orders o WHERE o.amount > (SELECT AVG(amount) FROM {s}.orders)"

@@ -406,6 +406,20 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
             "UNION SELECT c.id + 1 FROM customers c WHERE c.id <> o.id)",
             "(correlated, over a set operation)",
         ),
+        # VALUES is maintained as rows that never change (tests/shapes.py), unless they could change.
+        (
+            "SELECT o.id, v.x FROM orders o CROSS JOIN LATERAL (VALUES (o.id), (o.amount)) AS v(x)",
+            "`LATERAL (VALUES …)` reading `",
+        ),
+        (
+            "SELECT o.id, v.x FROM orders o CROSS JOIN LATERAL (SELECT o.amount + 1 AS x) AS v",
+            "`LATERAL` subquery",
+        ),
+        (
+            "SELECT o.id, v.x FROM orders o CROSS JOIN (VALUES ((SELECT max(id) FROM customers))) AS v(x)",
+            "`VALUES` reading `",
+        ),
+        ("SELECT v.x FROM (VALUES (1), (2)) AS v(x)", "a query that reads no table"),
     ],
 )
 def test_refusals_name_the_construct_and_auto_recomputes(pg_conn: Any, sql: str, construct: str) -> None:
@@ -474,6 +488,28 @@ def test_a_generator_in_from_is_maintained(pg_conn: Any, mode: str) -> None:
         "UPDATE posts SET tags = array_append(tags, 'q'), n = n + 1 WHERE id IN (1, 3)",
         "DELETE FROM posts WHERE id IN (2, 5)",
         "UPDATE posts SET author = 'y' WHERE id = 6",
+    ]
+    follow_writes(pg_conn, streams, writes, mode)
+
+
+@pytest.mark.parametrize("mode", ["differential", "immediate"])
+def test_rows_written_in_the_query_are_maintained(pg_conn: Any, mode: str) -> None:
+    """VALUES (refused as "FROM item" or "SELECT without FROM" before) in the forms PostgreSQL has
+    beside those both engines share (tests/shapes.py)."""
+    execute(pg_conn, TWENTY_ORDERS)
+    streams = {
+        "in_values": "SELECT id, customer FROM orders WHERE amount IN (VALUES (1), (5), (NULL::int))",
+        "not_in_values": "SELECT id FROM orders WHERE customer NOT IN (VALUES ('c0'), ('c3'))",
+        "lateral_values": "SELECT o.id, v.label FROM orders o, LATERAL (VALUES ('x'), ('y')) AS v(label)",
+        "unnamed_values": "SELECT customer, amount FROM orders EXCEPT ALL VALUES ('c1', 1), ('c1', 1), ('c2', 7)",
+        "exists_values": (
+            "SELECT o.id FROM orders o WHERE EXISTS (SELECT 1 FROM (VALUES (0), (2)) AS v(r) WHERE o.id % 4 = v.r)"
+        ),
+    }
+    writes = [
+        "INSERT INTO orders VALUES (21, 'c1', 1), (22, 'c1', 1), (23, 'c0', 5)",
+        "UPDATE orders SET amount = 7, customer = 'c2' WHERE id IN (1, 21); UPDATE orders SET id = 40 WHERE id = 2",
+        "DELETE FROM orders WHERE id IN (5, 22, 23)",
     ]
     follow_writes(pg_conn, streams, writes, mode)
 

@@ -97,6 +97,40 @@ def test_lateral_view_explode_is_maintained(spark: Any, spark_schema: str) -> No
     assert refresh_and_check(spark, s, "kept", outer, "auto").action == "FULL"
 
 
+def test_inline_tables_are_maintained(spark: Any, spark_schema: str) -> None:
+    """Spark's inline table spellings, `JOIN VALUES … AS t(a, b)` without parentheses and a bare
+    `VALUES` branch (refused as "FROM item" before); a LATERAL subquery stays refused by name."""
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 'a', 10), (2, 'b', 20), (3, NULL, 30)")
+    streams = {
+        "named": (
+            f"SELECT o.id, t.region FROM {s}.orders o JOIN VALUES ('a', 'north'), ('b', 'south') AS t(customer, region) "
+            "ON o.customer = t.customer"
+        ),
+        "with_defaults": f"SELECT customer, amount FROM {s}.orders UNION ALL VALUES ('none', 0), ('none', 0)",
+        "per_region": (
+            "SELECT t.region, COUNT(o.id) AS n, SUM(o.amount) AS total "
+            "FROM VALUES ('a', 'north'), ('b', 'south'), ('c', 'south') AS t(customer, region) "
+            f"LEFT JOIN {s}.orders o ON o.customer = t.customer GROUP BY t.region"
+        ),
+    }
+    follow_writes(
+        spark,
+        s,
+        streams,
+        [
+            f"INSERT INTO {s}.orders VALUES (4, 'c', 5), (5, 'a', 1)",
+            f"UPDATE {s}.orders SET customer = 'b' WHERE id IN (1, 3)",
+            f"DELETE FROM {s}.orders WHERE id IN (2, 4)",
+        ],
+        ("DIFFERENTIAL", "SKIP"),
+    )
+    lateral = f"SELECT o.id, v.x FROM {s}.orders o, LATERAL (SELECT o.amount + 1 AS x) AS v"
+    with pytest.raises(UnsupportedQuery, match="`LATERAL` subquery"):
+        run_stream_table(spark, make_spec(s, "lateral", lateral, refresh_mode="differential"))
+
+
 def test_metadata_columns_and_volatile_calls_are_refused_by_spark_names(
     spark: Any, spark_schema: str
 ) -> None:

@@ -7,6 +7,7 @@ subquery in FROM is read as: a derived item's current rows or its change set.
   their state now, over the current rows of those groups only, and their state before, now minus the
   batch's own contribution (the `weighted` forms of `aggregates/`). −old and +new rows per group.
 * UnionAll: the union of the inputs' deltas.
+* Rows (`VALUES`): the rows as written; no delta.
 * Window: the partitions a batch touches, recomputed before and after it (`window.py`).
 * SetOp: per row value touched by the batch, its multiplicity in each input now and before (now
   minus the batch), and the operation's output multiplicity from those (`setop.py`).
@@ -21,7 +22,7 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.setop import delta_setop, setop_contents
 from dbt_ivm.delta.terms import Context, Mode, aliased, term_select, union_all
-from dbt_ivm.plan.nodes import Aggregate, Derived, Filter, Plan, Project, SetOp, TopK, UnionAll, Window
+from dbt_ivm.plan.nodes import Aggregate, Derived, Filter, Plan, Project, Rows, SetOp, TopK, UnionAll, Window
 from dbt_ivm.sqltext import WEIGHT
 
 INPUT, NOW, CHANGED, BEFORE = "__ivm_in", "__ivm_now", "__ivm_chg", "__ivm_before"
@@ -92,6 +93,8 @@ def contents(plan: Plan, ctx: Context) -> exp.Query:
         return union_all([renamed(contents(p, ctx), p.names, plan.names) for p in plan.inputs])
     if isinstance(plan, Window):
         return window.contents(plan, ctx)
+    if isinstance(plan, Rows):
+        return plan.query.copy()
     assert not isinstance(plan, TopK), "a TopK is read by delta/topk.py"
     return setop_contents(plan, contents(plan.left, ctx), contents(plan.right, ctx))
 
@@ -115,6 +118,8 @@ def delta(plan: Plan, ctx: Context, restrict: exp.Exists | None = None) -> exp.Q
         return union_all(changed) if changed else None
     if isinstance(plan, Window):
         return window.delta(plan, ctx)
+    if isinstance(plan, Rows):  # written in the query: no batch changes them
+        return None
     assert isinstance(plan, SetOp), "a TopK is read by delta/topk.py"
     left, right = delta(plan.left, ctx), delta(plan.right, ctx)
     if left is None and right is None:

@@ -50,6 +50,7 @@ from dbt_ivm.plan.nodes import (
     Plan,
     Project,
     Relation,
+    Rows,
     Scan,
     SetKind,
     SetOp,
@@ -57,6 +58,7 @@ from dbt_ivm.plan.nodes import (
     UnionAll,
     Window,
     all_items,
+    scans_in,
 )
 from dbt_ivm.plan.unknown_aggregates import refuse_unknown_aggregates
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
@@ -68,6 +70,7 @@ SUPPORTED_AGGREGATES: dict[type[exp.Expr], AggFunc] = {
     exp.Avg: "avg",
 }
 MAX_VIEW_DEPTH = 16
+ROWS_ALIAS = "__ivm_rows"  # the alias `VALUES` is read under (`_Planner.rows`)
 # How to read a source the catalog says is not a plain table (`Catalog.lookup`'s kind), where the
 # general fix (read from tables or views) does not say enough.
 SOURCE_FIXES = {
@@ -144,6 +147,8 @@ def _planned(
     set_returning = generators.set_returning_calls(tree, catalog)
     plan = _Planner(tables, model, case_insensitive, set_returning).query(tree, tuple(names))
     _refuse_queries_in_expressions(plan, model)
+    if next(scans_in(plan), None) is None:
+        raise UnsupportedQuery(model, "a query that reads no table", "use a view or table model")
     return plan
 
 
@@ -151,7 +156,9 @@ def _refuse_queries_in_expressions(node: object, model: str) -> None:
     """A query left inside an expression the plan keeps (`CASE WHEN EXISTS (…)`, `ARRAY(SELECT …)` in
     a select list) would be evaluated per row against its tables as they are, and no rule would
     follow those tables: the stream table would miss their changes. Every subquery the planner
-    maintains has become a join by now."""
+    maintains has become a join by now (`Rows` hold the query that selects them, reading no table)."""
+    if isinstance(node, Rows):
+        return
     if isinstance(node, exp.Expr):
         found = node.find(exp.Query)
         if found is not None:
@@ -431,6 +438,8 @@ class _Planner:
             node = node.this
         if isinstance(node, exp.SetOperation):
             return self.set_operation(node, names)
+        if isinstance(node, exp.Values):
+            return self.rows(node, names)
         if not isinstance(node, exp.Select):
             self.refuse(f"`{excerpt(node)}`", "write a SELECT")
         names = names or tuple(s.alias_or_name for s in node.selects)
@@ -618,11 +627,37 @@ class _Planner:
             return Scan(next(self.positions), node.alias_or_name, info)
         if isinstance(node, exp.Subquery) and node.alias:
             return Derived(next(self.positions), node.alias, self.query(node.this))
+        if isinstance(node, exp.Values) and node.alias:
+            return Derived(next(self.positions), node.alias, self.rows(node, None))
         if isinstance(node, exp.Subquery | exp.Table):
             self.refuse(
                 f"parenthesized join `{excerpt(node)}` beside an outer join", "write the joins in sequence"
             )
         self.refuse(f"FROM item `{excerpt(node)}`", "select from tables or subqueries")
+
+    def rows(self, node: exp.Values, names: tuple[str, ...] | None) -> Rows:
+        """`VALUES` as rows that never change, under `names` (else the alias's column names)."""
+        reads = node.find(exp.Column, exp.Subquery, exp.Select, exp.Table)
+        if reads is not None:
+            self.refuse(
+                f"`VALUES` reading `{excerpt(reads)}` (its rows would change with it)",
+                "write a SELECT per row and UNION ALL them, or use refresh_mode='full'",
+            )
+        alias = node.args.get("alias")
+        declared = tuple(c.name for c in alias.columns) if alias is not None else ()
+        first = node.expressions[0]
+        width = len(first.expressions) if isinstance(first, exp.Tuple) else 1
+        names = names or declared or tuple(f"column{i}" for i in range(1, width + 1))
+        values = node.copy()
+        values.set(
+            "alias",
+            exp.TableAlias(
+                this=exp.to_identifier(ROWS_ALIAS, quoted=True),
+                columns=[exp.to_identifier(n, quoted=True) for n in names],
+            ),
+        )
+        query = exp.select(*[exp.column(n, ROWS_ALIAS, quoted=True) for n in names]).from_(values)
+        return Rows(query, names)
 
     def join(self, left: Relation, join: exp.Join) -> Relation:
         side, kind = (join.side or "").upper(), (join.kind or "").upper()

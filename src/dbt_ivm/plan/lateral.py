@@ -12,7 +12,8 @@ plan/generators.py), and references to the generator's column read that column. 
 SELECT o.id, "o"."tag" FROM (SELECT "o"."id" AS "id", UNNEST(o.tags) AS "tag" FROM o) AS "o" WHERE "o"."tag" <> 'x'
 
 Several generators, one reading another's element, an outer form (``LEFT JOIN LATERAL``,
-``LATERAL VIEW OUTER``), ``WITH ORDINALITY`` or a generator of several columns are refused by name.
+``LATERAL VIEW OUTER``), ``WITH ORDINALITY`` or a generator of several columns are refused by name,
+as is a LATERAL subquery; ``LATERAL (VALUES …)`` that reads no outer column is plain ``VALUES``.
 """
 
 from __future__ import annotations
@@ -35,18 +36,20 @@ class _Generator:
 
 def from_generators(tree: exp.Expr, model: str) -> exp.Expr:
     for select in list(tree.find_all(exp.Select)):
-        found = _generators(select)
+        found = _generators(select, model)
         if found:
             _rewrite(select, found, model)
     return tree
 
 
-def _generators(select: exp.Select) -> list[_Generator]:
+def _generators(select: exp.Select, model: str) -> list[_Generator]:
     found = []
     for join in select.args.get("joins") or []:
         item = join.this
         outer = (join.side or "").upper() in ("LEFT", "RIGHT", "FULL")
-        if isinstance(item, exp.Lateral):
+        if isinstance(item, exp.Lateral) and isinstance(item.this, exp.Subquery):
+            _lateral_subquery(join, item, model)
+        elif isinstance(item, exp.Lateral):
             found.append(_Generator(join, item.this, item.args.get("alias"), outer))
         elif isinstance(item, exp.Unnest):
             found.append(_Generator(join, item, item.args.get("alias"), outer))
@@ -57,6 +60,29 @@ def _generators(select: exp.Select) -> list[_Generator]:
             _Generator(lateral, lateral.this, lateral.args.get("alias"), bool(lateral.args.get("outer")))
         )
     return found
+
+
+def _lateral_subquery(join: exp.Join, lateral: exp.Lateral, model: str) -> None:
+    """`LATERAL (VALUES …)` that reads no outer column is plain VALUES; any other LATERAL subquery is
+    refused by name (each outer row would need its own evaluation)."""
+    inner = lateral.this.this
+    reads = inner.find(exp.Column)
+    if isinstance(inner, exp.Values) and reads is None:
+        values = inner.copy()
+        values.set("alias", lateral.args.get("alias"))
+        join.set("this", values)
+        return
+    if isinstance(inner, exp.Values):
+        raise UnsupportedQuery(
+            model,
+            f"`LATERAL (VALUES …)` reading `{excerpt(reads)}`",
+            "UNION ALL one SELECT per value, or use refresh_mode='full'",
+        )
+    raise UnsupportedQuery(
+        model,
+        f"`LATERAL` subquery `{excerpt(lateral)}`",
+        "join a subquery grouped by the join columns instead, or use refresh_mode='full'",
+    )
 
 
 def _rewrite(select: exp.Select, generators: list[_Generator], model: str) -> None:

@@ -179,7 +179,16 @@ class Window:
         return tuple(o.name for o in self.outputs)
 
 
-Plan = Project | Aggregate | UnionAll | SetOp | TopK | Window
+@dataclass(frozen=True)
+class Rows:
+    """Rows written in the query itself (`VALUES`): the same at every refresh, so they never change.
+    `query` selects them under `names`."""
+
+    query: exp.Query
+    names: tuple[str, ...]
+
+
+Plan = Project | Aggregate | UnionAll | SetOp | TopK | Window | Rows
 
 
 def items_of(relation: Relation) -> tuple[Item, ...]:
@@ -232,7 +241,7 @@ def all_items(relation: Relation) -> Iterator[Item]:
 
 def children(node: Plan | Relation) -> tuple[Plan | Relation, ...]:
     """The operators a node reads (a derived item's plan, a join's two sides, a branch's inputs)."""
-    if isinstance(node, Scan):
+    if isinstance(node, Scan | Rows):
         return ()
     if isinstance(node, Derived):
         return (node.plan,)
