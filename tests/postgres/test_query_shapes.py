@@ -502,6 +502,10 @@ def test_rows_written_in_the_query_are_maintained(pg_conn: Any, mode: str) -> No
         "not_in_values": "SELECT id FROM orders WHERE customer NOT IN (VALUES ('c0'), ('c3'))",
         "lateral_values": "SELECT o.id, v.label FROM orders o, LATERAL (VALUES ('x'), ('y')) AS v(label)",
         "unnamed_values": "SELECT customer, amount FROM orders EXCEPT ALL VALUES ('c1', 1), ('c1', 1), ('c2', 7)",
+        "odd_names": (
+            "SELECT o.id, \"__ivm_rows\".\"ü col\" FROM orders o JOIN (VALUES (1, 'a'), (2, 'b')) "
+            'AS "__ivm_rows"("select", "ü col") ON o.id % 3 = "__ivm_rows"."select"'
+        ),
         "exists_values": (
             "SELECT o.id FROM orders o WHERE EXISTS (SELECT 1 FROM (VALUES (0), (2)) AS v(r) WHERE o.id % 4 = v.r)"
         ),
