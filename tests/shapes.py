@@ -103,6 +103,8 @@ ONLY_MODEL_COLUMNS = frozenset(
         "not_in_subquery",
         "in_union",
         "not_in_except",
+        "scalar_aggregate_column",
+        "scalar_aggregate_per_group",
         "values_join",
         "values_left_join_totals",
         "union_all_values",
@@ -209,6 +211,15 @@ def streams(s: str) -> dict[str, str]:
         "not_in_except": (
             f"SELECT o.id, o.amount FROM {s}.orders o WHERE o.customer_id NOT IN ("
             f"SELECT c.id FROM {s}.customers c EXCEPT SELECT e.v FROM {s}.events e)"
+        ),
+        # an uncorrelated aggregate as a column: one value on every row (cross joined), and in a
+        # grouped query beside the groups' own
+        "scalar_aggregate_column": (
+            f"SELECT o.id, o.amount, (SELECT MAX(p.amount) FROM {s}.orders p) AS top FROM {s}.orders o"
+        ),
+        "scalar_aggregate_per_group": (
+            f"SELECT o.customer_id, SUM(o.amount) AS total, (SELECT COUNT(*) FROM {s}.customers c "
+            f"WHERE c.tier = 'premium') AS premium_customers FROM {s}.orders o GROUP BY o.customer_id"
         ),
         # rows written in the query (VALUES): joined, grouped over, unioned, probed; they never change
         "values_join": (

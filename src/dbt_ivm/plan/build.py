@@ -60,6 +60,7 @@ from dbt_ivm.plan.nodes import (
     all_items,
     scans_in,
 )
+from dbt_ivm.plan.scalar_subqueries import joined_scalar_aggregates
 from dbt_ivm.plan.unknown_aggregates import refuse_unknown_aggregates
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
 from dbt_ivm.reserved import internal_columns
@@ -443,6 +444,7 @@ class _Planner:
         if not isinstance(node, exp.Select):
             self.refuse(f"`{excerpt(node)}`", "write a SELECT")
         names = names or tuple(s.alias_or_name for s in node.selects)
+        joined_scalar_aggregates(node, (f"__ivm_s{n}" for n in self.aliases))
         rewritten = self.rewritten(node)
         if rewritten is not None:
             return self.query(rewritten, names)
@@ -864,7 +866,8 @@ def _and(conditions: list[exp.Expr]) -> exp.Expr:
 def _is_aggregate(tree: exp.Select) -> bool:
     if tree.args.get("group") or tree.args.get("distinct") or tree.args.get("having"):
         return True
-    return any(s.find(exp.AggFunc) for s in tree.selects)
+    # An aggregate inside a subquery is the subquery's.
+    return any(a.find_ancestor(exp.Select) is tree for s in tree.selects for a in s.find_all(exp.AggFunc))
 
 
 def _aggregate(tree: exp.Select, relation: Relation, outputs: tuple[Output, ...], model: str) -> Aggregate:
