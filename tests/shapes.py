@@ -103,6 +103,8 @@ ONLY_MODEL_COLUMNS = frozenset(
         "not_in_subquery",
         "in_union",
         "not_in_except",
+        "exists_or_tier",
+        "case_when_exists",
         "scalar_aggregate_column",
         "scalar_aggregate_per_group",
         "values_join",
@@ -211,6 +213,16 @@ def streams(s: str) -> dict[str, str]:
         "not_in_except": (
             f"SELECT o.id, o.amount FROM {s}.orders o WHERE o.customer_id NOT IN ("
             f"SELECT c.id FROM {s}.customers c EXCEPT SELECT e.v FROM {s}.events e)"
+        ),
+        # EXISTS beside OR, and as a CASE condition: decorrelated into a join of the matched keys
+        "exists_or_tier": (
+            f"SELECT c.id, c.name FROM {s}.customers c WHERE c.tier = 'premium' OR EXISTS "
+            f"(SELECT 1 FROM {s}.orders o WHERE o.customer_id = c.id AND o.amount > 50)"
+        ),
+        "case_when_exists": (
+            f"SELECT c.id, CASE WHEN EXISTS (SELECT 1 FROM {s}.returns r JOIN {s}.orders o ON o.id = r.order_id "
+            "WHERE o.customer_id = c.id) THEN 'returned' ELSE 'kept' END AS status "
+            f"FROM {s}.customers c"
         ),
         # an uncorrelated aggregate as a column: one value on every row (cross joined), and in a
         # grouped query beside the groups' own

@@ -347,9 +347,11 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
             "`CUBE over 9 columns`",
         ),
         ("SELECT DISTINCT ON (customer) customer, amount FROM orders", "`DISTINCT ON` without `ORDER BY`"),
+        # EXISTS beside OR is decorrelated into a join (tests/shapes.py) when it is correlated by
+        # equalities; not otherwise.
         (
             "SELECT id FROM orders o WHERE amount > 10 OR NOT EXISTS "
-            "(SELECT 1 FROM customers c WHERE c.id = o.customer_id)",
+            "(SELECT 1 FROM customers c WHERE c.id > o.customer_id)",
             "`NOT EXISTS` subquery",
         ),
         (
@@ -371,9 +373,14 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
         ("SELECT id, amount FROM orders ORDER BY amount FETCH FIRST 3 ROWS WITH TIES", "WITH TIES`"),
         # Planned as per-row expressions before: their tables' changes went unseen (SKIP, "no changes").
         (
-            "SELECT id, CASE WHEN EXISTS (SELECT 1 FROM customers c WHERE c.id = o.customer_id) "
+            "SELECT id, CASE WHEN EXISTS (SELECT 1 FROM customers c WHERE c.name > o.customer) "
             "THEN 'known' ELSE 'unknown' END AS k FROM orders o",
             "`EXISTS` subquery `EXISTS(",
+        ),
+        # Stored false where the query shows NULL before (a customer NULL, or an order without one).
+        (
+            "SELECT o.id, o.customer_id IN (SELECT c.id FROM customers c) AS known FROM orders o",
+            "`IN (subquery)` as a value",
         ),
         (
             "SELECT id, ARRAY(SELECT o2.id FROM orders o2 WHERE o2.customer_id = o.customer_id ORDER BY o2.id) "
@@ -514,6 +521,42 @@ def test_rows_written_in_the_query_are_maintained(pg_conn: Any, mode: str) -> No
         "INSERT INTO orders VALUES (21, 'c1', 1), (22, 'c1', 1), (23, 'c0', 5)",
         "UPDATE orders SET amount = 7, customer = 'c2' WHERE id IN (1, 21); UPDATE orders SET id = 40 WHERE id = 2",
         "DELETE FROM orders WHERE id IN (5, 22, 23)",
+    ]
+    follow_writes(pg_conn, streams, writes, mode)
+
+
+@pytest.mark.parametrize("mode", ["differential", "immediate"])
+def test_exists_and_in_inside_expressions_are_maintained(pg_conn: Any, mode: str) -> None:
+    """EXISTS beside OR or NOT, as a CASE condition or a value, and IN where only its truth counts
+    (refused, or planned as per-row expressions whose tables went unseen, before). `orders` holds
+    NULL customers: IN as a value would be NULL there, and is refused."""
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (customer_id int PRIMARY KEY, segment text);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount int);"
+        "INSERT INTO customers SELECT i, CASE WHEN i % 3 = 0 THEN 'a' END FROM generate_series(1, 12) i;"
+        "INSERT INTO orders SELECT i, CASE WHEN i % 5 = 0 THEN NULL ELSE 1 + i % 8 END, i "
+        "FROM generate_series(1, 30) i",
+    )
+    matched = "SELECT 1 FROM orders o WHERE o.customer_id = c.customer_id AND o.amount > 20"
+    streams = {
+        "exists_or": f"SELECT c.customer_id FROM customers c WHERE c.segment = 'a' OR EXISTS ({matched})",
+        "not_exists_or": f"SELECT c.customer_id FROM customers c WHERE c.segment = 'a' OR NOT EXISTS ({matched})",
+        "exists_flag": f"SELECT c.customer_id, EXISTS ({matched}) AS big, NOT EXISTS ({matched}) AS small FROM customers c",
+        "case_in": (
+            "SELECT c.customer_id, CASE WHEN c.customer_id IN (SELECT o.customer_id FROM orders o) THEN 1 "
+            "ELSE 0 END AS k FROM customers c"
+        ),
+        "or_in": (
+            "SELECT c.customer_id FROM customers c WHERE c.segment = 'a' "
+            "OR c.customer_id IN (SELECT o.customer_id FROM orders o WHERE o.amount > 25)"
+        ),
+    }
+    writes = [
+        "DELETE FROM orders WHERE customer_id IS NULL",
+        "INSERT INTO orders VALUES (100, NULL, 1), (101, 11, 60)",
+        "UPDATE customers SET segment = NULL WHERE customer_id = 3; UPDATE orders SET amount = 1 WHERE amount > 28",
+        "INSERT INTO orders VALUES (200, 5, 30); DELETE FROM customers WHERE customer_id = 2",
     ]
     follow_writes(pg_conn, streams, writes, mode)
 

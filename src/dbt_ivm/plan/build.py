@@ -599,8 +599,16 @@ class _Planner:
                     existence.append((found, conjunct))
             node.set("where", exp.Where(this=_and(kept)) if kept else None)
         if any(
-            isinstance(n, exp.Subquery) and not isinstance(n.parent, exp.From | exp.Join) for n in node.walk()
+            isinstance(n, exp.Subquery | exp.Exists) and not isinstance(n.parent, exp.From | exp.Join)
+            for n in node.walk()
         ):
+            for value in node.find_all(exp.In):
+                if value.args.get("query") is not None and not _in_truth_position(value):
+                    self.refuse(
+                        f"`IN (subquery)` as a value `{excerpt(value.parent or value)}` (NULL, not false, "
+                        "when no value matches and the subquery holds NULL)",
+                        "use EXISTS (… WHERE s.x = t.x), which is true or false, or use refresh_mode='full'",
+                    )
             unnest_subqueries(node)
         from_ = node.args.get("from_") or node.args.get("from")
         if from_ is None:
@@ -799,6 +807,19 @@ def _union_all_branches(node: exp.Expr) -> list[exp.Expr]:
     if isinstance(node, exp.Union) and not node.args.get("distinct", True) and not node.args.get("order"):
         return _union_all_branches(node.this) + _union_all_branches(node.expression)
     return [node]
+
+
+def _in_truth_position(node: exp.Expr) -> bool:
+    """`node` is only ever tested for truth (a WHERE, ON, HAVING or CASE WHEN condition, through AND
+    and OR): there NULL acts as false, so a semi-join flag (matched or not) may stand for it."""
+    while isinstance(node.parent, exp.And | exp.Or | exp.Paren):
+        node = node.parent
+    parent = node.parent
+    if isinstance(parent, exp.Where | exp.Having):
+        return True
+    return (isinstance(parent, exp.Join) and node.arg_key == "on") or (
+        isinstance(parent, exp.If) and node.arg_key == "this"
+    )
 
 
 def _existence_form(conjunct: exp.Expr) -> JoinKind | None:
