@@ -377,6 +377,15 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
             "THEN 'known' ELSE 'unknown' END AS k FROM orders o",
             "`EXISTS` subquery `EXISTS(",
         ),
+        # Named as scalar subqueries before.
+        (
+            "SELECT id FROM orders WHERE amount > ALL (SELECT amount FROM orders WHERE customer = 'c1')",
+            "`ALL (subquery)`",
+        ),
+        (
+            "SELECT id FROM orders WHERE (customer_id, amount) IN (SELECT id, 1 FROM customers)",
+            "`IN (subquery)` `(",
+        ),
         # Stored false where the query shows NULL before (a customer NULL, or an order without one).
         (
             "SELECT o.id, o.customer_id IN (SELECT c.id FROM customers c) AS known FROM orders o",

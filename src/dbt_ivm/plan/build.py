@@ -406,6 +406,8 @@ def _subquery_form(node: exp.Expr) -> str:
         shown = parent if isinstance(parent, exp.Not) else node
         return f"`{'NOT ' if shown is parent else ''}EXISTS` subquery `{excerpt(shown)}`"
     owner = parent.parent if isinstance(parent, exp.Subquery) else parent
+    if isinstance(node, exp.In):  # named by the predicate itself
+        owner = node
     if isinstance(owner, exp.In):
         wrapper = owner.parent
         if isinstance(wrapper, exp.Not):
@@ -413,6 +415,10 @@ def _subquery_form(node: exp.Expr) -> str:
         return f"`IN (subquery)` `{excerpt(owner)}`"
     if isinstance(node, exp.Subquery) and isinstance(parent, exp.From | exp.Join):
         return f"derived table `{excerpt(node)}`"
+    quantified = node.find_ancestor(exp.All, exp.Any)
+    if quantified is not None and quantified.find_ancestor(exp.Select) is not node:
+        word = "ALL" if isinstance(quantified, exp.All) else "ANY"
+        return f"`{word} (subquery)` comparison `{excerpt(quantified.parent or quantified)}`"
     return f"scalar subquery `{excerpt(node)}`"
 
 
