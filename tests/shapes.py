@@ -105,6 +105,7 @@ ONLY_MODEL_COLUMNS = frozenset(
         "not_in_except",
         "exists_or_tier",
         "case_when_exists",
+        "counts_lateral",
         "scalar_aggregate_column",
         "scalar_aggregate_per_group",
         "values_join",
@@ -223,6 +224,12 @@ def streams(s: str) -> dict[str, str]:
             f"SELECT c.id, CASE WHEN EXISTS (SELECT 1 FROM {s}.returns r JOIN {s}.orders o ON o.id = r.order_id "
             "WHERE o.customer_id = c.id) THEN 'returned' ELSE 'kept' END AS status "
             f"FROM {s}.customers c"
+        ),
+        # aggregates per customer in a LATERAL subquery (the first rows per customer, LIMIT inside
+        # LATERAL, are a PostgreSQL test: Spark's analyzer refuses a correlated LIMIT)
+        "counts_lateral": (
+            f"SELECT c.id, x.n, x.total FROM {s}.customers c LEFT JOIN LATERAL "
+            f"(SELECT COUNT(*) AS n, SUM(o.amount) AS total FROM {s}.orders o WHERE o.customer_id = c.id) AS x ON true"
         ),
         # an uncorrelated aggregate as a column: one value on every row (cross joined), and in a
         # grouped query beside the groups' own

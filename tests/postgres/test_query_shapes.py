@@ -432,6 +432,11 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
             "`LATERAL` subquery",
         ),
         (
+            "SELECT c.id, x.id AS order_id FROM customers c CROSS JOIN LATERAL (SELECT o.id FROM orders o "
+            "WHERE o.customer_id > c.id ORDER BY o.id LIMIT 1) x",
+            "`LATERAL` subquery",
+        ),
+        (
             "SELECT o.id, v.x FROM orders o CROSS JOIN (VALUES ((SELECT max(id) FROM customers))) AS v(x)",
             "`VALUES` reading `",
         ),
@@ -566,6 +571,47 @@ def test_exists_and_in_inside_expressions_are_maintained(pg_conn: Any, mode: str
         "INSERT INTO orders VALUES (100, NULL, 1), (101, 11, 60)",
         "UPDATE customers SET segment = NULL WHERE customer_id = 3; UPDATE orders SET amount = 1 WHERE amount > 28",
         "INSERT INTO orders VALUES (200, 5, 30); DELETE FROM customers WHERE customer_id = 2",
+    ]
+    follow_writes(pg_conn, streams, writes, mode)
+
+
+@pytest.mark.parametrize("mode", ["differential", "immediate"])
+def test_lateral_subqueries_are_maintained(pg_conn: Any, mode: str) -> None:
+    """The first rows per outer row and aggregates per outer row in a LATERAL subquery correlated by
+    equalities (refused as "scalar subquery" before); orders without a customer, customers without
+    orders, ties broken by the ORDER BY."""
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (customer_id int PRIMARY KEY, segment text);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount int, placed_at date);"
+        "INSERT INTO customers SELECT i, CASE WHEN i % 3 = 0 THEN 'a' END FROM generate_series(1, 12) i;"
+        "INSERT INTO orders SELECT i, CASE WHEN i % 5 = 0 THEN NULL ELSE 1 + i % 8 END, i, "
+        "date '2024-01-01' + i % 6 FROM generate_series(1, 30) i",
+    )
+    latest = "ORDER BY o.placed_at DESC, o.id"
+    streams = {
+        "latest_two": (
+            "SELECT c.customer_id, l.id, l.amount FROM customers c CROSS JOIN LATERAL (SELECT o.id, o.amount "
+            f"FROM orders o WHERE o.customer_id = c.customer_id AND o.amount > 2 {latest} LIMIT 2) l"
+        ),
+        "latest_or_none": (
+            "SELECT c.customer_id, l.id FROM customers c LEFT JOIN LATERAL (SELECT o.id FROM orders o "
+            f"WHERE o.customer_id = c.customer_id {latest} FETCH FIRST 1 ROW ONLY) l ON true"
+        ),
+        "counts": (
+            "SELECT c.customer_id, x.n, x.total AS t FROM customers c LEFT JOIN LATERAL (SELECT count(*) AS n, "
+            "sum(o.amount) AS total FROM orders o WHERE o.customer_id = c.customer_id) x ON true"
+        ),
+        "last_date": (
+            "SELECT c.customer_id, x.m FROM customers c, LATERAL (SELECT max(o.placed_at) AS m FROM orders o "
+            "WHERE o.customer_id = c.customer_id AND o.amount > 5) x"
+        ),
+    }
+    writes = [
+        "DELETE FROM orders WHERE id IN (9, 17)",
+        "INSERT INTO orders VALUES (100, NULL, 1, '2024-05-01'), (101, 2, 60, '2024-06-01'), (102, 3, 7, '2023-01-01')",
+        "UPDATE orders SET placed_at = '2025-01-01', amount = 3 WHERE id IN (4, 12)",
+        "DELETE FROM customers WHERE customer_id = 5; UPDATE orders SET customer_id = 9 WHERE id = 101",
     ]
     follow_writes(pg_conn, streams, writes, mode)
 

@@ -13,7 +13,8 @@ SELECT o.id, "o"."tag" FROM (SELECT "o"."id" AS "id", UNNEST(o.tags) AS "tag" FR
 
 Several generators, one reading another's element, an outer form (``LEFT JOIN LATERAL``,
 ``LATERAL VIEW OUTER``), ``WITH ORDINALITY`` or a generator of several columns are refused by name,
-as is a LATERAL subquery; ``LATERAL (VALUES …)`` that reads no outer column is plain ``VALUES``.
+as is a LATERAL subquery that is neither the first rows nor aggregates per outer row
+(plan/lateral_subqueries.py); ``LATERAL (VALUES …)`` that reads no outer column is plain ``VALUES``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dbt_ivm.errors import UnsupportedQuery
+from dbt_ivm.plan.lateral_subqueries import decorrelate_lateral
 from dbt_ivm.plan.messages import excerpt
 
 
@@ -48,7 +50,7 @@ def _generators(select: exp.Select, model: str) -> list[_Generator]:
         item = join.this
         outer = (join.side or "").upper() in ("LEFT", "RIGHT", "FULL")
         if isinstance(item, exp.Lateral) and isinstance(item.this, exp.Subquery):
-            _lateral_subquery(join, item, model)
+            _lateral_subquery(select, join, item, model)
         elif isinstance(item, exp.Lateral):
             found.append(_Generator(join, item.this, item.args.get("alias"), outer))
         elif isinstance(item, exp.Unnest):
@@ -62,9 +64,12 @@ def _generators(select: exp.Select, model: str) -> list[_Generator]:
     return found
 
 
-def _lateral_subquery(join: exp.Join, lateral: exp.Lateral, model: str) -> None:
-    """`LATERAL (VALUES …)` that reads no outer column is plain VALUES; any other LATERAL subquery is
+def _lateral_subquery(select: exp.Select, join: exp.Join, lateral: exp.Lateral, model: str) -> None:
+    """`LATERAL (VALUES …)` that reads no outer column is plain VALUES; the first rows or the
+    aggregates per outer row are joins (plan/lateral_subqueries.py); any other LATERAL subquery is
     refused by name (each outer row would need its own evaluation)."""
+    if decorrelate_lateral(select, join, lateral):
+        return
     inner = lateral.this.this
     reads = inner.find(exp.Column)
     if isinstance(inner, exp.Values) and reads is None:
@@ -81,7 +86,8 @@ def _lateral_subquery(join: exp.Join, lateral: exp.Lateral, model: str) -> None:
     raise UnsupportedQuery(
         model,
         f"`LATERAL` subquery `{excerpt(lateral)}`",
-        "join a subquery grouped by the join columns instead, or use refresh_mode='full'",
+        "correlate it by equalities only, as the first rows (ORDER BY … LIMIT n) or aggregates read in the "
+        "SELECT list; or join a subquery grouped by the join columns; or use refresh_mode='full'",
     )
 
 
