@@ -604,8 +604,11 @@ class _Planner:
                 else:
                     existence.append((found, conjunct))
             node.set("where", exp.Where(this=_and(kept)) if kept else None)
+        # sqlglot's unnest_subqueries decorrelates the subqueries left in expressions (an EXISTS has no
+        # Subquery node: only this SELECT's own are looked for, a derived table plans its own).
         if any(
-            isinstance(n, exp.Subquery | exp.Exists) and not isinstance(n.parent, exp.From | exp.Join)
+            (isinstance(n, exp.Subquery) and not isinstance(n.parent, exp.From | exp.Join))
+            or (isinstance(n, exp.Exists) and n.find_ancestor(exp.Select) is node)
             for n in node.walk()
         ):
             for value in node.find_all(exp.In):
@@ -614,6 +617,12 @@ class _Planner:
                         f"`IN (subquery)` as a value `{excerpt(value.parent or value)}` (NULL, not false, "
                         "when no value matches and the subquery holds NULL)",
                         "use EXISTS (… WHERE s.x = t.x), which is true or false, or use refresh_mode='full'",
+                    )
+            for exists in node.find_all(exp.Exists):
+                if _correlated_beyond_equalities(exists.this):
+                    # sqlglot would collect the inner values into arrays and compare per row.
+                    self.refuse(
+                        _subquery_form(exists) + " (correlated by more than equalities, inside an expression)"
                     )
             unnest_subqueries(node)
         from_ = node.args.get("from_") or node.args.get("from")
@@ -813,6 +822,34 @@ def _union_all_branches(node: exp.Expr) -> list[exp.Expr]:
     if isinstance(node, exp.Union) and not node.args.get("distinct", True) and not node.args.get("order"):
         return _union_all_branches(node.this) + _union_all_branches(node.expression)
     return [node]
+
+
+def _correlated_beyond_equalities(query: exp.Expr) -> bool:
+    """A conjunct of `query`'s WHERE reads an outer column other than as `inner = outer`."""
+    if not isinstance(query, exp.Select):
+        return False
+    declared = {t.alias_or_name for t in query.find_all(exp.Table)} | {
+        s.alias for s in query.find_all(exp.Subquery) if s.alias
+    }
+
+    def outer(node: exp.Expr) -> int:
+        return sum(1 for c in node.find_all(exp.Column) if c.table and c.table not in declared)
+
+    where = query.args.get("where")
+    conjuncts = (
+        []
+        if where is None
+        else list(where.this.flatten())
+        if isinstance(where.this, exp.And)
+        else [where.this]
+    )
+    for conjunct in conjuncts:
+        if not outer(conjunct):
+            continue
+        sides = (conjunct.this, conjunct.expression) if isinstance(conjunct, exp.EQ) else ()
+        if not (sides and all(isinstance(side, exp.Column) for side in sides) and outer(conjunct) == 1):
+            return True
+    return False
 
 
 def _in_truth_position(node: exp.Expr) -> bool:
