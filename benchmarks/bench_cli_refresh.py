@@ -2,7 +2,8 @@
 refresh that finds nothing to do costs in the engine, through the CLI and as a CALL, and a 1,000-change
 refresh by the engine and by CALL side by side with a hand-written upsert of the same changes
 (INSERT … ON CONFLICT DO UPDATE of the aggregated changes, then deleting emptied groups); over
-customer_totals (SUM/COUNT per customer over 1M orders, 10k customers).
+customer_totals (SUM/COUNT per customer over 1M orders, 10k customers). Also what `dbt-ivm status`
+costs over it and `--status-tables` small stream tables more.
 
     python benchmarks/bench_cli_refresh.py [--orders 1000000] [--repeats 10] [--png docs/img/bench_cli_refresh.png]
 
@@ -12,6 +13,7 @@ Prints a markdown table; nothing here is a test.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import subprocess
@@ -93,6 +95,46 @@ def call_refresh(conn: Any) -> str:
         return str(cur.fetchone()[0])
 
 
+def status_rows(conn: Any, dsn: str, env: dict[str, str], repeats: int, tables: int) -> list[list[str]]:
+    """`dbt-ivm status` over customer_totals and `tables` small stream tables more: the catalog read
+    in process, and the command as a process."""
+    from dbt_ivm.postgres import registrations
+    from dbt_ivm.postgres.db import Db
+
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE small (id int PRIMARY KEY, k int); INSERT INTO small SELECT g, g % 7 FROM generate_series(1, 100) g"
+        )
+    for n in range(tables):
+        small = dataclasses.replace(
+            spec(),
+            model=f"small_{n}",
+            name=f"small_{n}",
+            sql=f"SELECT k, COUNT(*) + {n} AS c FROM small GROUP BY k",
+        )
+        assert run_stream_table(conn, small).action == "CREATE"
+    listed = []
+    for _ in range(repeats):
+        seconds, found = timed(lambda: registrations.list_registrations(Db(conn), "dbt_ivm"))
+        assert len(found) == tables + 1
+        listed.append(seconds)
+    processes = []
+    for _ in range(repeats):
+        seconds, done = timed(
+            lambda: subprocess.run([*CLI, "status", "--dsn", dsn], env=env, capture_output=True, text=True)
+        )
+        assert done.returncode == 0 and "customer_totals" in done.stdout, done.stdout + done.stderr
+        processes.append(seconds)
+    return [
+        [f"status of {tables + 1} stream tables, catalog read (Python)", fmt_seconds(median(listed)), ""],
+        [
+            f"status of {tables + 1} stream tables, `dbt-ivm status` (process)",
+            fmt_seconds(median(processes)),
+            "",
+        ],
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -101,6 +143,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "dbt_ivm_bench_cli_pg")
     parser.add_argument("--png", type=Path, default=None)
+    parser.add_argument("--status-tables", type=int, default=20, help="stream tables `dbt-ivm status` lists")
     args = parser.parse_args()
     server = start_server(args.data_dir)
     conn = fresh_database(server, "bench_cli")
@@ -151,6 +194,8 @@ def main() -> None:
         assert done.returncode == 0
         imports.append(seconds)
     rows.append(["of which: Python start and the engine's imports", fmt_seconds(median(imports)), ""])
+
+    rows.extend(status_rows(conn, dsn, env, args.repeats, args.status_tables))
 
     rng = random.Random(14)
     refreshes: list[float] = []
