@@ -129,6 +129,11 @@ def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
         # The columns from `refresh_mode` on are StreamTableStatus's fields from its third on, in its
         # order but for `pending` (refresh_mode, sources, refreshed_at, staleness, target_lag, last
         # action and status, schedule).
+        readable = {
+            t
+            for t in (outside_writes.TABLE, capture.MARKS, in_database.TABLE)
+            if _readable(db, qn(catalog, t))
+        }
         for key, schema, table, frontier, needs_full, mode, sources, *shown in registered:
             exists = bool(db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(schema, table),)))
             names = [str(s) for s in sources or []]
@@ -136,7 +141,7 @@ def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
             status = StreamTableStatus(str(key), exists, str(mode), names, pending, *shown)
             if exists and mode != "full":
                 looked = Looked(str(key), qn(schema, table), frontier, needs_full)
-                reason = _recompute_reason(db, catalog, looked, {s: buffers.get(s) for s in names})
+                reason = _recompute_reason(db, catalog, looked, {s: buffers.get(s) for s in names}, readable)
                 if reason is not None:
                     status.next_action = "REBUILD" if mode == "immediate" else "FULL"
                     status.next_reason = reason
@@ -154,38 +159,47 @@ class Looked:
     needs_full: str | None
 
 
-def _recompute_reason(db: Db, catalog: str, looked: Looked, buffers: dict[str, str | None]) -> str | None:
+def _recompute_reason(
+    db: Db, catalog: str, looked: Looked, buffers: dict[str, str | None], readable: set[str]
+) -> str | None:
     """Why the next refresh recomputes the table, as far as the catalog tells without planning its
-    query (the runner finds these same reasons, and those only planning shows: DDL on a source).
-    `buffers`: each source's change buffer (None: it has none)."""
+    query (the runner finds these same reasons, and those only planning shows: DDL on a source), in
+    one query. `buffers`: each source's change buffer (None: it has none); `readable`: the catalog
+    tables this role may read."""
     if looked.needs_full:
         return looked.needs_full
-    if _readable(db, qn(catalog, outside_writes.TABLE)):  # else a catalog from before it existed
-        written = outside_writes.reason(db, catalog, looked.stream_table)
-        if written is not None:
-            return written
-    if looked.frontier is None:
+    frontier = None if looked.frontier is None else capture.snapshot(looked.frontier)
+    # A catalog from before the log of writes by hand existed has none.
+    written = (
+        outside_writes.reason_sql(catalog, looked.stream_table)
+        if outside_writes.TABLE in readable
+        else "NULL"
+    )
+    ahead = "false" if frontier is None else capture.frontier_ahead_sql(frontier)
+    truncated = [
+        f"WHEN {capture.full_mark_pending_sql(catalog, buffer, frontier)} THEN {lit(source)}"
+        for source, buffer in buffers.items()
+        if buffer is not None and frontier is not None and capture.MARKS in readable
+    ]
+    which = f"CASE {' '.join(truncated)} END" if truncated else "NULL"
+    row = db.one(f"SELECT {written}, {ahead}, {which}, {outside_writes.guarded_sql(looked.relation)}")
+    assert row is not None
+    if row[0] is not None:
+        return str(row[0])
+    if frontier is None:
         return None
-    frontier = capture.snapshot(looked.frontier)
-    if db.value(f"SELECT {capture.frontier_ahead_sql(frontier)}"):
+    if row[1]:
         return capture.FRONTIER_AHEAD
-    marks = _readable(db, qn(catalog, capture.MARKS))
-    for source, buffer in buffers.items():
-        if (
-            marks
-            and buffer is not None
-            and db.value(f"SELECT {capture.full_mark_pending_sql(catalog, buffer, frontier)}")
-        ):
-            return f"{source} was truncated"
-    if not _readable(db, qn(catalog, in_database.TABLE)):
+    if row[2] is not None:
+        return f"{row[2]} was truncated"
+    if row[3] or in_database.TABLE not in readable:
         return None
     version = db.value(
         in_database.installed_version(catalog),
         (looked.stream_table, in_database.signature(catalog, looked.stream_table)),
     )
-    if (version or 0) >= outside_writes.GUARDED_SINCE and not outside_writes.guarded(db, looked.relation):
-        return outside_writes.UNGUARDED
-    return None
+    # Built before guards existed: the next run puts one on without recomputing.
+    return outside_writes.UNGUARDED if (version or 0) >= outside_writes.GUARDED_SINCE else None
 
 
 def _readable(db: Db, relation: str) -> bool:
