@@ -33,6 +33,7 @@ from sqlglot.schema import MappingSchema
 from dbt_ivm.catalog import Catalog, FunctionCall, TableInfo, qualified_name
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.plan import generators, rewrites
+from dbt_ivm.plan.correlation import correlated, equalities
 from dbt_ivm.plan.dialects import read_dialect
 from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
 from dbt_ivm.plan.lateral import from_generators
@@ -619,7 +620,7 @@ class _Planner:
                         "use EXISTS (… WHERE s.x = t.x), which is true or false, or use refresh_mode='full'",
                     )
             for exists in node.find_all(exp.Exists):
-                if _correlated_beyond_equalities(exists.this):
+                if isinstance(exists.this, exp.Select) and equalities(exists.this) is None:
                     # sqlglot would collect the inner values into arrays and compare per row.
                     self.refuse(
                         _subquery_form(exists) + " (correlated by more than equalities, inside an expression)"
@@ -709,7 +710,7 @@ class _Planner:
         if isinstance(subquery, exp.SetOperation):
             # `x IN (SELECT a FROM t UNION SELECT b FROM u)`: a derived set operation, when it reads
             # nothing of the outer query (each branch would need the outer row otherwise).
-            if _correlated(subquery):
+            if correlated(subquery):
                 self.refuse(_subquery_form(conjunct) + " (correlated, over a set operation)")
         elif not isinstance(subquery, exp.Select):
             self.refuse(_subquery_form(conjunct), "join instead, or use refresh_mode='full'")
@@ -720,7 +721,7 @@ class _Planner:
             right: Relation = self.block(subquery, outer)
             value = subquery.selects[0] if isinstance(inner, exp.In) else None
         else:
-            if _correlated(subquery):
+            if correlated(subquery):
                 self.refuse(_subquery_form(conjunct) + " (correlated, with aggregates)")
             alias = f"__ivm_s{next(self.aliases)}"
             derived = Derived(next(self.positions), alias, self.query(subquery))
@@ -824,34 +825,6 @@ def _union_all_branches(node: exp.Expr) -> list[exp.Expr]:
     return [node]
 
 
-def _correlated_beyond_equalities(query: exp.Expr) -> bool:
-    """A conjunct of `query`'s WHERE reads an outer column other than as `inner = outer`."""
-    if not isinstance(query, exp.Select):
-        return False
-    declared = {t.alias_or_name for t in query.find_all(exp.Table)} | {
-        s.alias for s in query.find_all(exp.Subquery) if s.alias
-    }
-
-    def outer(node: exp.Expr) -> int:
-        return sum(1 for c in node.find_all(exp.Column) if c.table and c.table not in declared)
-
-    where = query.args.get("where")
-    conjuncts = (
-        []
-        if where is None
-        else list(where.this.flatten())
-        if isinstance(where.this, exp.And)
-        else [where.this]
-    )
-    for conjunct in conjuncts:
-        if not outer(conjunct):
-            continue
-        sides = (conjunct.this, conjunct.expression) if isinstance(conjunct, exp.EQ) else ()
-        if not (sides and all(isinstance(side, exp.Column) for side in sides) and outer(conjunct) == 1):
-            return True
-    return False
-
-
 def _in_truth_position(node: exp.Expr) -> bool:
     """`node` is only ever tested for truth (a WHERE, ON, HAVING or CASE WHEN condition, through AND
     and OR): there NULL acts as false, so a semi-join flag (matched or not) may stand for it."""
@@ -911,13 +884,6 @@ def _drop_first_rows_limit(select: exp.Select) -> None:
     ):
         select.set("limit", None)
         select.set("order", None)
-
-
-def _correlated(select: exp.Query) -> bool:
-    declared = {t.alias_or_name for t in select.find_all(exp.Table)} | {
-        s.alias for s in select.find_all(exp.Subquery) if s.alias
-    }
-    return any(c.table and c.table not in declared for c in select.find_all(exp.Column))
 
 
 def _and(conditions: list[exp.Expr]) -> exp.Expr:

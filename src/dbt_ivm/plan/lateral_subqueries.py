@@ -24,19 +24,11 @@ grouped or windowed subquery) is left for the caller to refuse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sqlglot import exp
 
+from dbt_ivm.plan.correlation import Equalities, equalities
+
 RANK = "__ivm_rn"
-
-
-@dataclass(frozen=True)
-class _Correlation:
-    """The subquery's WHERE split: `inner = outer` column pairs and the conjuncts of its own."""
-
-    pairs: list[tuple[exp.Column, exp.Column]]
-    own: list[exp.Expr]
 
 
 def decorrelate_lateral(select: exp.Select, join: exp.Join, lateral: exp.Lateral) -> bool:
@@ -44,7 +36,7 @@ def decorrelate_lateral(select: exp.Select, join: exp.Join, lateral: exp.Lateral
     inner, alias = lateral.this.this, lateral.args.get("alias")
     if not isinstance(inner, exp.Select) or alias is None or alias.columns:
         return False
-    correlation = _correlation(inner)
+    correlation = equalities(inner)
     if correlation is None or any(inner.args.get(c) for c in ("group", "having", "distinct", "offset")):
         return False
     if inner.find(exp.Window):
@@ -56,58 +48,7 @@ def decorrelate_lateral(select: exp.Select, join: exp.Join, lateral: exp.Lateral
     return False
 
 
-def _correlation(inner: exp.Select) -> _Correlation | None:
-    """Outer columns only in `inner = outer` conjuncts of its WHERE (None: elsewhere too)."""
-    declared = {t.alias_or_name for t in inner.find_all(exp.Table)} | {
-        s.alias for s in inner.find_all(exp.Subquery) if s.alias
-    }
-
-    def outer(node: exp.Expr) -> bool:
-        return any(c.table and c.table not in declared for c in node.find_all(exp.Column))
-
-    where = inner.args.get("where")
-    conjuncts = list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And) else []
-    if where is not None and not conjuncts:
-        conjuncts = [where.this]
-    pairs, own = [], []
-    for conjunct in conjuncts:
-        if not outer(conjunct):
-            own.append(conjunct)
-            continue
-        if not isinstance(conjunct, exp.EQ):
-            return None
-        left, right = conjunct.this, conjunct.expression
-        if (
-            isinstance(right, exp.Column)
-            and isinstance(left, exp.Column)
-            and outer(left)
-            and not outer(right)
-        ):
-            left, right = right, left
-        if (
-            not (isinstance(left, exp.Column) and isinstance(right, exp.Column))
-            or outer(left)
-            or not outer(right)
-        ):
-            return None
-        pairs.append((left, right))
-    rest = [inner.args.get(c) for c in ("from_", "from", "joins", "order")] + list(inner.selects)
-    if any(outer(part) for part in _nodes(rest)):
-        return None
-    return _Correlation(pairs, own)
-
-
-def _nodes(parts: list[object]) -> list[exp.Expr]:
-    found: list[exp.Expr] = []
-    for part in parts:
-        if isinstance(part, exp.Expr):
-            found.append(part)
-        elif isinstance(part, list):
-            found.extend(p for p in part if isinstance(p, exp.Expr))
-    return found
-
-
-def _first_rows(join: exp.Join, inner: exp.Select, alias: exp.TableAlias, correlation: _Correlation) -> bool:
+def _first_rows(join: exp.Join, inner: exp.Select, alias: exp.TableAlias, correlation: Equalities) -> bool:
     clause = inner.args["limit"]
     limit = clause.args.get("expression")
     if isinstance(clause, exp.Fetch):  # FETCH FIRST [n] ROW[S] ONLY

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 
 from sqlglot import exp
 
+from dbt_ivm.plan.correlation import correlated
+
 
 def joined_scalar_aggregates(select: exp.Select, aliases: Iterator[str]) -> exp.Select:
     """`select` with each uncorrelated one-row aggregate in its SELECT list cross joined (in place)."""
@@ -54,10 +56,7 @@ def _one_row(query: exp.Expr) -> bool:
         return False
     if not query.args.get("from_") and not query.args.get("from"):
         return False
-    declared = {t.alias_or_name for t in query.find_all(exp.Table)} | {
-        s.alias for s in query.find_all(exp.Subquery) if s.alias
-    }
-    return all(not c.table or c.table in declared for c in query.find_all(exp.Column))
+    return not correlated(query)
 
 
 def _aggregates(node: exp.Expr) -> bool:
