@@ -290,6 +290,13 @@ def test_status_says_an_immediate_table_written_by_hand_is_rebuilt(shop: Any) ->
     assert found.next_action == "REBUILD" and found.next_reason and "outside dbt-ivm" in found.next_reason
     result = refresh_and_check(shop, "counts_now", sql, refresh_mode="immediate")
     assert (result.action, result.reason) == (found.next_action, found.next_reason)
+    # A TRUNCATE of its source, which the differential stream tables over it see in the shared
+    # buffer, is followed by IMMEDIATE maintenance itself: nothing to rebuild.
+    execute(shop, "TRUNCATE orders")
+    found = {r.stream_table: r for r in registrations.list_registrations(Db(shop), CATALOG)}
+    assert found["public.big_orders"].next_reason == "public.orders was truncated"
+    assert (found["public.counts_now"].next_action, found["public.counts_now"].next_reason) == (None, None)
+    assert refresh_and_check(shop, "counts_now", sql, refresh_mode="immediate").action == "SKIP"
 
 
 def test_cli_history(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -126,20 +126,23 @@ def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
             f"FROM {qn(catalog, 'refresh_history')} WHERE stream_table = s.stream_table "
             "ORDER BY refresh_id DESC LIMIT 1) AS h ON true ORDER BY s.stream_table"
         )
-        # The columns from `refresh_mode` on are StreamTableStatus's fields from its third on, in its
-        # order but for `pending` (refresh_mode, sources, refreshed_at, staleness, target_lag, last
-        # action and status, schedule).
         readable = {
             t
             for t in (outside_writes.TABLE, capture.MARKS, in_database.TABLE)
             if _readable(db, qn(catalog, t))
         }
+        # The columns from `refresh_mode` on are StreamTableStatus's fields from its third on, in its
+        # order but for `pending` (refresh_mode, sources, refreshed_at, staleness, target_lag, last
+        # action and status, schedule).
         for key, schema, table, frontier, needs_full, mode, sources, *shown in registered:
             exists = bool(db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(schema, table),)))
             names = [str(s) for s in sources or []]
             pending = {s: _pending(db, catalog, buffers.get(s), frontier) for s in names}
             status = StreamTableStatus(str(key), exists, str(mode), names, pending, *shown)
             if exists and mode != "full":
+                # IMMEDIATE tables follow TRUNCATE in the writer's transaction and keep no frontier
+                # of their own to fall behind: only the reasons its rebuild check reads apply.
+                frontier = None if mode == "immediate" else frontier
                 looked = Looked(str(key), qn(schema, table), frontier, needs_full)
                 reason = _recompute_reason(db, catalog, looked, {s: buffers.get(s) for s in names}, readable)
                 if reason is not None:
@@ -186,8 +189,6 @@ def _recompute_reason(
     assert row is not None
     if row[0] is not None:
         return str(row[0])
-    if frontier is None:
-        return None
     if row[1]:
         return capture.FRONTIER_AHEAD
     if row[2] is not None:
