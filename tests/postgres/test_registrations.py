@@ -296,6 +296,11 @@ def test_status_says_an_immediate_table_written_by_hand_is_rebuilt(shop: Any) ->
     found = {r.stream_table: r for r in registrations.list_registrations(Db(shop), CATALOG)}
     assert found["public.big_orders"].next_reason == "public.orders was truncated"
     assert (found["public.counts_now"].next_action, found["public.counts_now"].next_reason) == (None, None)
+    # Its writers applied every change: none waits for it (the shared buffer holds those of the others).
+    execute(shop, "INSERT INTO orders VALUES (101, 'c1', 11, NULL)")
+    found = {r.stream_table: r for r in registrations.list_registrations(Db(shop), CATALOG)}
+    assert found["public.counts_now"].pending == {"public.orders": 0}
+    assert found["public.big_orders"].pending["public.orders"]
     assert refresh_and_check(shop, "counts_now", sql, refresh_mode="immediate").action == "SKIP"
 
 

@@ -137,7 +137,12 @@ def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
         for key, schema, table, frontier, needs_full, mode, sources, *shown in registered:
             exists = bool(db.value("SELECT to_regclass(%s) IS NOT NULL", (qn(schema, table),)))
             names = [str(s) for s in sources or []]
-            pending = {s: _pending(db, catalog, buffers.get(s), frontier) for s in names}
+            # An IMMEDIATE table is kept in its writers' transactions: nothing waits for it (the
+            # buffer it may share with differential tables is theirs, capture.READS_BUFFERS).
+            pending = {
+                s: 0 if mode == "immediate" else _pending(db, catalog, buffers.get(s), frontier)
+                for s in names
+            }
             status = StreamTableStatus(str(key), exists, str(mode), names, pending, *shown)
             if exists and mode != "full":
                 # IMMEDIATE tables follow TRUNCATE in the writer's transaction and keep no frontier
