@@ -61,6 +61,7 @@ from dbt_ivm.plan.nodes import (
     all_items,
     scans_in,
 )
+from dbt_ivm.plan.row_counts import NoRowCount, row_count
 from dbt_ivm.plan.scalar_subqueries import joined_scalar_aggregates
 from dbt_ivm.plan.unknown_aggregates import refuse_unknown_aggregates
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
@@ -581,15 +582,11 @@ class _Planner:
     def count(self, clause: exp.Expr | None, construct: str) -> int:
         if clause is None:
             return 0
-        value = clause.args.get("expression") if isinstance(clause, exp.Limit | exp.Offset) else None
-        if isinstance(clause, exp.Fetch):
-            options = clause.args.get("limit_options")
-            if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
-                self.refuse(f"`{excerpt(clause)}`", "order by columns that make the first rows unique")
-            value = clause.args.get("count") or exp.Literal.number(1)  # FETCH FIRST ROW ONLY
-        if not isinstance(value, exp.Literal) or value.is_string or not value.this.isdigit():
-            self.refuse(f"`{construct}` `{excerpt(clause)}`", f"write {construct} as a whole number")
-        return int(value.this)
+        try:
+            return row_count(clause)
+        except NoRowCount as missing:
+            subject = f"`{excerpt(clause)}`" if missing.ties else f"`{construct}` `{excerpt(clause)}`"
+            self.refuse(subject, missing.fix)
 
     def block(self, node: exp.Select, outer: set[str]) -> Relation:
         """FROM, joins and WHERE of one SELECT; EXISTS / IN conjuncts become semi- and anti-joins,

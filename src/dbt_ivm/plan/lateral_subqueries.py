@@ -27,6 +27,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dbt_ivm.plan.correlation import Equalities, equalities
+from dbt_ivm.plan.row_counts import NoRowCount, row_count
 
 RANK = "__ivm_rn"
 
@@ -49,14 +50,9 @@ def decorrelate_lateral(select: exp.Select, join: exp.Join, lateral: exp.Lateral
 
 
 def _first_rows(join: exp.Join, inner: exp.Select, alias: exp.TableAlias, correlation: Equalities) -> bool:
-    clause = inner.args["limit"]
-    limit = clause.args.get("expression")
-    if isinstance(clause, exp.Fetch):  # FETCH FIRST [n] ROW[S] ONLY
-        options = clause.args.get("limit_options")
-        if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
-            return False
-        limit = clause.args.get("count") or exp.Literal.number(1)
-    if not isinstance(limit, exp.Literal) or limit.is_string or not limit.this.isdigit():
+    try:
+        limit = exp.Literal.number(row_count(inner.args["limit"]))
+    except NoRowCount:
         return False
     if any(s.find(exp.AggFunc) for s in inner.selects):
         return False
