@@ -866,19 +866,11 @@ def _drop_first_rows_limit(select: exp.Select) -> None:
     clause = select.args.get("limit")
     if clause is None or select.args.get("offset") is not None:
         return
-    if isinstance(clause, exp.Fetch):
-        options = clause.args.get("limit_options")
-        if options is not None and options.args.get("percent"):
-            return
-        value = clause.args.get("count") or exp.Literal.number(1)
-    else:
-        value = clause.args.get("expression")
-    if (
-        isinstance(value, exp.Literal)
-        and not value.is_string
-        and value.this.isdigit()
-        and int(value.this) >= 1
-    ):
+    try:
+        kept = row_count(clause, ties_kept=True)
+    except NoRowCount:
+        return
+    if kept >= 1:
         select.set("limit", None)
         select.set("order", None)
 

@@ -27,13 +27,16 @@ class NoRowCount(ValueError):
         self.ties = ties  # WITH TIES or PERCENT: the count is not the number of rows kept
 
 
-def row_count(clause: exp.Expr) -> int:
-    """The number of rows `clause` (LIMIT, OFFSET or FETCH FIRST … ONLY) keeps or skips."""
+def row_count(clause: exp.Expr, *, ties_kept: bool = False) -> int:
+    """The number of rows `clause` (LIMIT, OFFSET or FETCH FIRST … ONLY) keeps or skips; with
+    `ties_kept`, FETCH FIRST n ROWS WITH TIES counts n (the rows kept are at least that many)."""
     construct = "OFFSET" if isinstance(clause, exp.Offset) else "LIMIT"
     value = clause.args.get("expression") if isinstance(clause, exp.Limit | exp.Offset) else None
     if isinstance(clause, exp.Fetch):
         options = clause.args.get("limit_options")
-        if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
+        if options is not None and (
+            (options.args.get("with_ties") and not ties_kept) or options.args.get("percent")
+        ):
             raise NoRowCount(TIES, ties=True)
         value = clause.args.get("count") or exp.Literal.number(1)  # FETCH FIRST ROW ONLY
     if not isinstance(value, exp.Literal) or value.is_string or not value.this.isdigit():
