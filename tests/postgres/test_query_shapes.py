@@ -379,7 +379,12 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
         ),
         # Named as scalar subqueries before.
         (
-            "SELECT id FROM orders WHERE amount > ALL (SELECT amount FROM orders WHERE customer = 'c1')",
+            "SELECT id, amount > ALL (SELECT amount FROM orders WHERE customer = 'c1') AS top FROM orders",
+            "`ALL (subquery)`",
+        ),
+        (
+            "SELECT id FROM orders o WHERE amount >= ALL (SELECT max(o2.amount) FROM orders o2 "
+            "WHERE o2.customer = o.customer GROUP BY o2.customer_id)",
             "`ALL (subquery)`",
         ),
         (
@@ -542,6 +547,60 @@ def test_rows_written_in_the_query_are_maintained(pg_conn: Any, mode: str) -> No
         "INSERT INTO orders VALUES (21, 'c1', 1), (22, 'c1', 1), (23, 'c0', 5)",
         "UPDATE orders SET amount = 7, customer = 'c2' WHERE id IN (1, 21); UPDATE orders SET id = 40 WHERE id = 2",
         "DELETE FROM orders WHERE id IN (5, 22, 23)",
+    ]
+    follow_writes(pg_conn, streams, writes, mode)
+
+
+@pytest.mark.parametrize("mode", ["differential", "immediate"])
+def test_quantified_subqueries_are_maintained(pg_conn: Any, mode: str) -> None:
+    """`x op ANY|SOME|ALL (subquery)` as WHERE conjuncts, negated or not, plain, correlated, grouped
+    or over a set operation (refused as `ALL (subquery)` before), with NULLs on both sides."""
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (customer_id int PRIMARY KEY, segment text);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount int);"
+        "INSERT INTO customers SELECT i, CASE WHEN i % 3 = 0 THEN 'a' END FROM generate_series(1, 12) i;"
+        "INSERT INTO orders SELECT i, CASE WHEN i % 5 = 0 THEN NULL ELSE 1 + i % 8 END, i "
+        "FROM generate_series(1, 30) i",
+    )
+    streams = {
+        "any_eq": (
+            "SELECT c.customer_id FROM customers c "
+            "WHERE c.customer_id = ANY (SELECT o.customer_id FROM orders o WHERE o.amount > 20)"
+        ),
+        "some_gt": "SELECT c.customer_id FROM customers c WHERE c.customer_id > SOME (SELECT amount FROM orders)",
+        "neq_all": (
+            "SELECT c.customer_id, c.segment FROM customers c "
+            "WHERE c.customer_id <> ALL (SELECT o.customer_id FROM orders o WHERE o.amount > 25)"
+        ),
+        "top_per_customer": (
+            "SELECT o.id, o.amount FROM orders o WHERE o.amount >= ALL "
+            "(SELECT o2.amount FROM orders o2 WHERE o2.customer_id = o.customer_id)"
+        ),
+        "not_any": (
+            "SELECT c.customer_id FROM customers c "
+            "WHERE NOT c.customer_id < ANY (SELECT o.customer_id FROM orders o WHERE o.amount < 10)"
+        ),
+        "not_all": (
+            "SELECT c.customer_id FROM customers c WHERE c.segment IS NULL "
+            "AND NOT (c.customer_id >= ALL (SELECT DISTINCT o.customer_id FROM orders o WHERE o.amount > 12))"
+        ),
+        "grouped_any": (
+            "SELECT c.customer_id FROM customers c WHERE c.customer_id = ANY "
+            "(SELECT o.customer_id FROM orders o GROUP BY o.customer_id HAVING count(*) > 3)"
+        ),
+        "all_over_union": (
+            "SELECT o.id FROM orders o WHERE o.amount < ALL "
+            "(SELECT amount FROM orders WHERE customer_id = 2 UNION SELECT customer_id * 3 FROM customers WHERE customer_id = 9)"
+        ),
+    }
+    writes = [
+        "INSERT INTO orders VALUES (31, 2, NULL), (32, NULL, 40), (33, 12, 50), (34, 7, 1)",
+        "UPDATE orders SET amount = 5 WHERE id IN (21, 22, 23); UPDATE orders SET customer_id = 3 WHERE id = 31",
+        "DELETE FROM orders WHERE id IN (5, 10, 15, 20, 25, 30, 32)",
+        "UPDATE customers SET customer_id = customer_id + 100 WHERE customer_id = 4; "
+        "UPDATE customers SET segment = NULL WHERE customer_id = 6",
+        "DELETE FROM orders WHERE amount IS NULL OR customer_id = 2",
     ]
     follow_writes(pg_conn, streams, writes, mode)
 

@@ -61,6 +61,8 @@ from dbt_ivm.plan.nodes import (
     all_items,
     scans_in,
 )
+from dbt_ivm.plan.plain_subqueries import is_plain
+from dbt_ivm.plan.quantified_subqueries import quantified_as_exists
 from dbt_ivm.plan.row_counts import NoRowCount, row_count
 from dbt_ivm.plan.scalar_subqueries import joined_scalar_aggregates
 from dbt_ivm.plan.unknown_aggregates import refuse_unknown_aggregates
@@ -125,6 +127,7 @@ def _planned(
             tree, schema=schema, dialect=dialect, quote_identifiers=True, validate_qualify_columns=True
         )
         tree = rename_reserved_names(tree)
+        tree = quantified_as_exists(tree)
         tree = merge_subqueries(tree)
         tree = from_generators(tree, model)
         tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
@@ -714,7 +717,7 @@ class _Planner:
         else:
             self.separate_aliases(subquery, outer)
         condition: exp.Expr | None = None
-        if isinstance(subquery, exp.Select) and _is_plain(subquery):
+        if isinstance(subquery, exp.Select) and is_plain(subquery):
             right: Relation = self.block(subquery, outer)
             value = subquery.selects[0] if isinstance(inner, exp.In) else None
         else:
@@ -844,14 +847,6 @@ def _existence_form(conjunct: exp.Expr) -> JoinKind | None:
     if isinstance(inner, exp.Exists) or (isinstance(inner, exp.In) and inner.args.get("query") is not None):
         return "anti" if negated else "semi"
     return None
-
-
-def _is_plain(select: exp.Select) -> bool:
-    """A subquery whose rows are its FROM/WHERE as they are: no grouping, aggregates, DISTINCT,
-    set operations or limits (for EXISTS and IN, DISTINCT changes nothing)."""
-    if select.args.get("group") or select.args.get("having") or select.args.get("limit"):
-        return False
-    return not any(s.find(exp.AggFunc, exp.Window) for s in select.selects)
 
 
 def _drop_first_rows_limit(select: exp.Select) -> None:

@@ -1,0 +1,97 @@
+"""`x op ANY (subquery)` and `x op ALL (subquery)` conjuncts of a WHERE, written as EXISTS and NOT
+EXISTS, which the planner maintains as semi- and anti-joins.
+
+A WHERE drops a row whose condition is NULL as it drops one that is false, so only when the
+comparison is true counts: ANY holds when some row compares true; ALL when none compares false
+or NULL; NOT ANY when none compares true or NULL; NOT ALL when some row compares false.
+
+>>> import sqlglot
+>>> def show(sql):
+...     return quantified_as_exists(sqlglot.parse_one(sql, read="postgres")).sql("postgres")
+>>> show("SELECT t.a FROM t WHERE t.a = ANY (SELECT u.b AS b FROM u AS u WHERE u.k = 1)")
+'SELECT t.a FROM t WHERE EXISTS(SELECT 1 FROM u AS u WHERE u.k = 1 AND t.a = u.b)'
+>>> show("SELECT t.a FROM t WHERE t.a > ALL (SELECT u.b AS b FROM u AS u)")
+'SELECT t.a FROM t WHERE NOT EXISTS(SELECT 1 FROM u AS u WHERE NOT t.a > u.b OR t.a IS NULL OR u.b IS NULL)'
+
+A subquery that groups, limits or combines is read as a derived table (when it reads nothing of
+the query around it):
+
+>>> show("SELECT t.a FROM t WHERE NOT t.a < ANY (SELECT MAX(u.b) AS m FROM u AS u GROUP BY u.k)")
+'SELECT t.a FROM t WHERE NOT EXISTS(SELECT 1 FROM (SELECT MAX(u.b) AS m FROM u AS u GROUP BY u.k) AS "__ivm_q1" WHERE t.a < "__ivm_q1"."m" OR t.a IS NULL OR "__ivm_q1"."m" IS NULL)'
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from sqlglot import exp
+
+from dbt_ivm.plan.correlation import correlated
+from dbt_ivm.plan.plain_subqueries import is_plain
+
+COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+DERIVED_ALIAS = "__ivm_q"
+
+
+def quantified_as_exists(tree: exp.Expr) -> exp.Expr:
+    """Every WHERE conjunct `[NOT] x op ANY|ALL (subquery)` rewritten; others left as they are."""
+    numbers = itertools.count(1)
+    # Innermost first: an outer rewrite copies its subquery, rewritten already.
+    for where in reversed(list(tree.find_all(exp.Where))):
+        condition = where.this
+        conjuncts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+        for conjunct in conjuncts:
+            rewritten = _as_exists(conjunct, numbers)
+            if rewritten is not None:
+                conjunct.replace(rewritten)
+    return tree
+
+
+def _as_exists(conjunct: exp.Expr, numbers: itertools.count[int]) -> exp.Expr | None:
+    negated = isinstance(conjunct, exp.Not)
+    comparison = conjunct.this if negated else conjunct
+    while isinstance(comparison, exp.Paren):
+        comparison = comparison.this
+    if not isinstance(comparison, COMPARISONS):
+        return None
+    quantifier = comparison.expression
+    if not isinstance(quantifier, exp.Any | exp.All) or isinstance(comparison.this, exp.Tuple):
+        return None
+    query = quantifier.this
+    while isinstance(query, exp.Subquery | exp.Paren):
+        query = query.this
+    if not isinstance(query, exp.Query) or len(query.selects) != 1:
+        return None
+    if isinstance(query, exp.Select) and is_plain(query):
+        inner = query.copy()
+        value = _unaliased(inner.selects[0])
+        inner.set("distinct", None)
+    elif correlated(query):
+        return None  # a derived table cannot read the outer row: refused by name later
+    else:
+        alias = f"{DERIVED_ALIAS}{next(numbers)}"
+        value = exp.column(query.selects[0].alias_or_name, alias, quoted=True)
+        inner = exp.select("1").from_(
+            exp.Subquery(this=query.copy(), alias=exp.to_identifier(alias, quoted=True))
+        )
+    probe = comparison.this.copy()
+    compared = type(comparison)(this=probe, expression=value.copy())
+    every = isinstance(quantifier, exp.All)
+    # ANY and NOT ALL ask for a row that compares true / false; ALL and NOT ANY for none that
+    # compares false / true or NULL.
+    wanted: exp.Expr = exp.Not(this=compared) if every else compared
+    absent = every != negated  # NOT EXISTS
+    if absent:
+        wanted = exp.or_(
+            wanted,
+            exp.Is(this=probe.copy(), expression=exp.Null()),
+            exp.Is(this=value.copy(), expression=exp.Null()),
+        )
+    inner.set("expressions", [exp.Literal.number(1)])
+    inner.where(wanted, copy=False)
+    exists = exp.Exists(this=inner)
+    return exp.Not(this=exists) if absent else exists
+
+
+def _unaliased(node: exp.Expr) -> exp.Expr:
+    return node.this if isinstance(node, exp.Alias) else node
