@@ -78,6 +78,7 @@ ONLY_MODEL_COLUMNS = frozenset(
         "aggregate_over_left_join",
         "scalar_subquery_where",
         "scalar_subquery_select",
+        "scalar_subquery_in_expression",
         "max_per_customer",
         "top_total",
         "top_orders",
@@ -264,6 +265,13 @@ def streams(s: str) -> dict[str, str]:
         "scalar_subquery_select": (
             f"SELECT c.id, (SELECT COUNT(*) FROM {s}.orders o WHERE o.customer_id = c.id) AS n_orders, "
             f"(SELECT SUM(o.amount) FROM {s}.orders o WHERE o.customer_id = c.id) AS total "
+            f"FROM {s}.customers c"
+        ),
+        # inside expressions: refused as "scalar subquery" before
+        "scalar_subquery_in_expression": (
+            f"SELECT c.id, (SELECT COUNT(*) FROM {s}.orders o WHERE o.customer_id = c.id) + 1 AS n_plus_one, "
+            f"COALESCE((SELECT MAX(o.amount) FROM {s}.orders o WHERE o.customer_id = c.id), -1) AS top, "
+            f"CONCAT((SELECT MAX(r.name) FROM {s}.regions r WHERE r.id = c.region_id), '!') AS region "
             f"FROM {s}.customers c"
         ),
         # derived tables and CTEs

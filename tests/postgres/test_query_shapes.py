@@ -552,6 +552,48 @@ def test_rows_written_in_the_query_are_maintained(pg_conn: Any, mode: str) -> No
 
 
 @pytest.mark.parametrize("mode", ["differential", "immediate"])
+def test_scalar_subqueries_inside_expressions_are_maintained(pg_conn: Any, mode: str) -> None:
+    """A correlated scalar subquery inside arithmetic, a function or a CASE value (refused as a
+    "scalar subquery" before), beside subqueries the WHERE decorrelates itself."""
+    execute(
+        pg_conn,
+        "CREATE TABLE customers (customer_id int PRIMARY KEY, segment text);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount int);"
+        "INSERT INTO customers SELECT i, CASE WHEN i % 3 = 0 THEN 'a' END FROM generate_series(1, 12) i;"
+        "INSERT INTO orders SELECT i, CASE WHEN i % 5 = 0 THEN NULL ELSE 1 + i % 8 END, i "
+        "FROM generate_series(1, 30) i",
+    )
+    counted = "SELECT count(*) FROM orders o WHERE o.customer_id = c.customer_id"
+    streams = {
+        "diff_from_average": (
+            "SELECT o.id, o.amount - (SELECT avg(o2.amount) FROM orders o2 WHERE o2.customer_id = o.customer_id) "
+            "AS diff FROM orders o"
+        ),
+        "segment_label": (
+            "SELECT o.id, upper(coalesce((SELECT c.segment FROM customers c WHERE c.customer_id = o.customer_id), "
+            "'none')) AS label FROM orders o"
+        ),
+        "case_value": (
+            f"SELECT c.customer_id, CASE WHEN c.segment IS NULL THEN ({counted}) * 10 ELSE -1 END AS k "
+            "FROM customers c"
+        ),
+        "beside_where_subqueries": (
+            f"SELECT c.customer_id, ({counted}) + (SELECT sum(o.amount) FROM orders o "
+            "WHERE o.customer_id = c.customer_id AND o.amount > 3) AS n FROM customers c "
+            "WHERE EXISTS (SELECT 1 FROM orders o3 WHERE o3.customer_id = c.customer_id) "
+            "AND c.customer_id > (SELECT min(customer_id) FROM orders)"
+        ),
+    }
+    writes = [
+        "INSERT INTO orders VALUES (31, 2, NULL), (32, NULL, 40), (33, 12, 50), (34, 7, 1)",
+        "UPDATE orders SET amount = 5 WHERE id IN (21, 22, 23); UPDATE orders SET customer_id = 3 WHERE id = 31",
+        "UPDATE customers SET segment = 'b' WHERE customer_id IN (2, 3); DELETE FROM customers WHERE customer_id = 7",
+        "DELETE FROM orders WHERE customer_id IN (1, 2) OR amount IS NULL",
+    ]
+    follow_writes(pg_conn, streams, writes, mode)
+
+
+@pytest.mark.parametrize("mode", ["differential", "immediate"])
 def test_quantified_subqueries_are_maintained(pg_conn: Any, mode: str) -> None:
     """`x op ANY|SOME|ALL (subquery)` as WHERE conjuncts, negated or not, plain, correlated, grouped
     or over a set operation (refused as `ALL (subquery)` before), with NULLs on both sides."""

@@ -35,6 +35,7 @@ from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.plan import generators, rewrites
 from dbt_ivm.plan.correlation import correlated, equalities
 from dbt_ivm.plan.dialects import read_dialect
+from dbt_ivm.plan.embedded_subqueries import unnested_in_expressions
 from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
 from dbt_ivm.plan.lateral import from_generators
 from dbt_ivm.plan.messages import excerpt, shown, written_in
@@ -456,6 +457,7 @@ class _Planner:
             self.refuse(f"`{excerpt(node)}`", "write a SELECT")
         names = names or tuple(s.alias_or_name for s in node.selects)
         joined_scalar_aggregates(node, (f"__ivm_s{n}" for n in self.aliases))
+        unnested_in_expressions(node, (f"__ivm_s{n}" for n in self.aliases))
         rewritten = self.rewritten(node)
         if rewritten is not None:
             return self.query(rewritten, names)
