@@ -105,6 +105,7 @@ ONLY_MODEL_COLUMNS = frozenset(
         "in_union",
         "not_in_except",
         "exists_or_tier",
+        "exists_uncorrelated_flag",
         "case_when_exists",
         "counts_lateral",
         "scalar_aggregate_column",
@@ -220,6 +221,11 @@ def streams(s: str) -> dict[str, str]:
         "exists_or_tier": (
             f"SELECT c.id, c.name FROM {s}.customers c WHERE c.tier = 'premium' OR EXISTS "
             f"(SELECT 1 FROM {s}.orders o WHERE o.customer_id = c.id AND o.amount > 50)"
+        ),
+        # uncorrelated: one answer for the whole table, read as a count
+        "exists_uncorrelated_flag": (
+            f"SELECT c.id, c.name, EXISTS (SELECT 1 FROM {s}.orders o WHERE o.amount > 100) AS big_orders "
+            f"FROM {s}.customers c"
         ),
         "case_when_exists": (
             f"SELECT c.id, CASE WHEN EXISTS (SELECT 1 FROM {s}.returns r JOIN {s}.orders o ON o.id = r.order_id "

@@ -649,8 +649,9 @@ def test_quantified_subqueries_are_maintained(pg_conn: Any, mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["differential", "immediate"])
 def test_exists_and_in_inside_expressions_are_maintained(pg_conn: Any, mode: str) -> None:
-    """EXISTS beside OR or NOT, as a CASE condition or a value, and IN where only its truth counts
-    (refused, or planned as per-row expressions whose tables went unseen, before). `orders` holds
+    """EXISTS beside OR or NOT, as a CASE condition or a value, correlated by equalities or not at
+    all, and IN where only its truth counts (refused, or planned as per-row expressions whose tables
+    went unseen, before). `orders` holds
     NULL customers: IN as a value would be NULL there, and is refused."""
     execute(
         pg_conn,
@@ -672,6 +673,16 @@ def test_exists_and_in_inside_expressions_are_maintained(pg_conn: Any, mode: str
         "or_in": (
             "SELECT c.customer_id FROM customers c WHERE c.segment = 'a' "
             "OR c.customer_id IN (SELECT o.customer_id FROM orders o WHERE o.amount > 25)"
+        ),
+    }
+    # Uncorrelated: one answer for the whole table, false, true after the second write, false again.
+    big = "SELECT 1 FROM orders o WHERE o.amount > 40"
+    streams |= {
+        "uncorrelated_or": f"SELECT c.customer_id FROM customers c WHERE c.segment = 'a' OR EXISTS ({big})",
+        "uncorrelated_flag": f"SELECT c.customer_id, NOT EXISTS ({big}) AS calm FROM customers c",
+        "uncorrelated_grouped_case": (
+            "SELECT c.segment, count(*) AS n, CASE WHEN EXISTS (SELECT o.customer_id FROM orders o "
+            "GROUP BY o.customer_id HAVING count(*) > 3) THEN 'busy' END AS k FROM customers c GROUP BY c.segment"
         ),
     }
     writes = [

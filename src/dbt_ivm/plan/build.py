@@ -66,6 +66,7 @@ from dbt_ivm.plan.plain_subqueries import is_plain
 from dbt_ivm.plan.quantified_subqueries import quantified_as_exists
 from dbt_ivm.plan.row_counts import NoRowCount, row_count
 from dbt_ivm.plan.scalar_subqueries import joined_scalar_aggregates
+from dbt_ivm.plan.uncorrelated_exists import uncorrelated_exists_as_counts
 from dbt_ivm.plan.unknown_aggregates import refuse_unknown_aggregates
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
 from dbt_ivm.reserved import internal_columns
@@ -456,6 +457,7 @@ class _Planner:
         if not isinstance(node, exp.Select):
             self.refuse(f"`{excerpt(node)}`", "write a SELECT")
         names = names or tuple(s.alias_or_name for s in node.selects)
+        uncorrelated_exists_as_counts(node)
         joined_scalar_aggregates(node, (f"__ivm_s{n}" for n in self.aliases))
         unnested_in_expressions(node, (f"__ivm_s{n}" for n in self.aliases))
         rewritten = self.rewritten(node)
