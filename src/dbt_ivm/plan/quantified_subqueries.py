@@ -1,5 +1,5 @@
-"""`x op ANY (subquery)` and `x op ALL (subquery)` conjuncts of a WHERE, written as EXISTS and NOT
-EXISTS, which the planner maintains as semi- and anti-joins.
+"""`x op ANY (subquery)`, `x op ALL (subquery)` and `(x, y) IN (subquery)` conjuncts of a WHERE,
+written as EXISTS and NOT EXISTS, which the planner maintains as semi- and anti-joins.
 
 A WHERE drops a row whose condition is NULL as it drops one that is false, so only when the
 comparison is true counts: ANY holds when some row compares true; ALL when none compares false
@@ -12,6 +12,11 @@ or NULL; NOT ANY when none compares true or NULL; NOT ALL when some row compares
 'SELECT t.a FROM t WHERE EXISTS(SELECT 1 FROM u AS u WHERE u.k = 1 AND t.a = u.b)'
 >>> show("SELECT t.a FROM t WHERE t.a > ALL (SELECT u.b AS b FROM u AS u)")
 'SELECT t.a FROM t WHERE NOT EXISTS(SELECT 1 FROM u AS u WHERE NOT t.a > u.b OR t.a IS NULL OR u.b IS NULL)'
+
+A row compares as its pairs do: equal when every pair is, NULL when none differs but one is NULL.
+
+>>> show("SELECT t.a FROM t WHERE NOT (t.a, t.k) IN (SELECT u.b AS b, u.k AS k FROM u AS u)")
+'SELECT t.a FROM t WHERE NOT EXISTS(SELECT 1 FROM u AS u WHERE COALESCE(t.a = u.b AND t.k = u.k, TRUE))'
 
 A subquery that groups, limits or combines is read as a derived table (when it reads nothing of
 the query around it):
@@ -52,45 +57,76 @@ def _as_exists(conjunct: exp.Expr, numbers: itertools.count[int]) -> exp.Expr | 
     comparison = conjunct.this if negated else conjunct
     while isinstance(comparison, exp.Paren):
         comparison = comparison.this
-    if not isinstance(comparison, COMPARISONS):
+    form = _quantified(comparison)
+    if form is None:
         return None
-    quantifier = comparison.expression
-    if not isinstance(quantifier, exp.Any | exp.All) or isinstance(comparison.this, exp.Tuple):
-        return None
-    query = quantifier.this
-    while isinstance(query, exp.Subquery | exp.Paren):
-        query = query.this
-    if not isinstance(query, exp.Query) or len(query.selects) != 1:
-        return None
+    operator, probes, every, query = form
     if isinstance(query, exp.Select) and is_plain(query):
         inner = query.copy()
-        value = _unaliased(inner.selects[0])
+        values = [_unaliased(s) for s in inner.selects]
         inner.set("distinct", None)
     elif correlated(query):
         return None  # a derived table cannot read the outer row: refused by name later
     else:
         alias = f"{DERIVED_ALIAS}{next(numbers)}"
-        value = exp.column(query.selects[0].alias_or_name, alias, quoted=True)
+        values = [exp.column(s.alias_or_name, alias, quoted=True) for s in query.selects]
         inner = exp.select("1").from_(
             exp.Subquery(this=query.copy(), alias=exp.to_identifier(alias, quoted=True))
         )
-    probe = comparison.this.copy()
-    compared = type(comparison)(this=probe, expression=value.copy())
-    every = isinstance(quantifier, exp.All)
+    compared = _compared(operator, probes, values)
     # ANY and NOT ALL ask for a row that compares true / false; ALL and NOT ANY for none that
     # compares false / true or NULL.
     wanted: exp.Expr = exp.Not(this=compared) if every else compared
     absent = every != negated  # NOT EXISTS
-    if absent:
+    if absent and len(probes) == 1:
         wanted = exp.or_(
             wanted,
-            exp.Is(this=probe.copy(), expression=exp.Null()),
-            exp.Is(this=value.copy(), expression=exp.Null()),
+            exp.Is(this=probes[0].copy(), expression=exp.Null()),
+            exp.Is(this=values[0].copy(), expression=exp.Null()),
         )
+    elif absent:
+        wanted = exp.func("COALESCE", wanted, exp.true())
     inner.set("expressions", [exp.Literal.number(1)])
     inner.where(wanted, copy=False)
     exists = exp.Exists(this=inner)
     return exp.Not(this=exists) if absent else exists
+
+
+def _quantified(
+    comparison: exp.Expr,
+) -> tuple[type[exp.Expr], list[exp.Expr], bool, exp.Query] | None:
+    """(operator, the compared values, ALL?, the subquery) of `x op ANY|ALL (subquery)` or a
+    row-valued `(x, y) IN (subquery)`; None for anything else. A row compares only by = and <>."""
+    if isinstance(comparison, exp.In) and isinstance(comparison.this, exp.Tuple):
+        operator: type[exp.Expr] = exp.EQ
+        every, query = False, comparison.args.get("query")
+    elif isinstance(comparison, COMPARISONS) and isinstance(comparison.expression, exp.Any | exp.All):
+        operator, every, query = (
+            type(comparison),
+            isinstance(comparison.expression, exp.All),
+            comparison.expression.this,
+        )
+    else:
+        return None
+    while isinstance(query, exp.Subquery | exp.Paren):
+        query = query.this
+    left = comparison.this
+    probes = list(left.expressions) if isinstance(left, exp.Tuple) else [left]
+    if not isinstance(query, exp.Query) or len(query.selects) != len(probes):
+        return None
+    if len(probes) > 1 and operator not in (exp.EQ, exp.NEQ):
+        return None
+    return operator, probes, every, query
+
+
+def _compared(operator: type[exp.Expr], probes: list[exp.Expr], values: list[exp.Expr]) -> exp.Expr:
+    """`probe op value`; for rows, = as every pair equal and <> as not that (SQL's three values)."""
+    if len(probes) == 1:
+        return operator(this=probes[0].copy(), expression=values[0].copy())
+    equal = exp.and_(
+        *[exp.EQ(this=p.copy(), expression=v.copy()) for p, v in zip(probes, values, strict=True)]
+    )
+    return exp.Not(this=exp.paren(equal)) if operator is exp.NEQ else equal
 
 
 def _unaliased(node: exp.Expr) -> exp.Expr:
