@@ -106,6 +106,7 @@ ONLY_MODEL_COLUMNS = frozenset(
         "not_in_except",
         "exists_or_tier",
         "exists_uncorrelated_flag",
+        "pair_not_in",
         "case_when_exists",
         "counts_lateral",
         "scalar_aggregate_column",
@@ -221,6 +222,11 @@ def streams(s: str) -> dict[str, str]:
         "exists_or_tier": (
             f"SELECT c.id, c.name FROM {s}.customers c WHERE c.tier = 'premium' OR EXISTS "
             f"(SELECT 1 FROM {s}.orders o WHERE o.customer_id = c.id AND o.amount > 50)"
+        ),
+        # a row-valued NOT IN: NULL in either row keeps a pair from being ruled out
+        "pair_not_in": (
+            f"SELECT c.id, c.name FROM {s}.customers c WHERE (c.id, c.region_id) NOT IN "
+            f"(SELECT o.customer_id, o.id % 4 FROM {s}.orders o WHERE o.amount > 50)"
         ),
         # uncorrelated: one answer for the whole table, read as a count
         "exists_uncorrelated_flag": (
