@@ -83,6 +83,8 @@ ONLY_MODEL_COLUMNS = frozenset(
         "top_total",
         "top_orders",
         "top_totals_offset",
+        "top_orders_hidden_order",
+        "busiest_tiers",
         "latest_order_per_customer",
         "window_functions",
         "row_number_unpartitioned",
@@ -382,6 +384,14 @@ def streams(s: str) -> dict[str, str]:
         "top_totals_offset": (
             f"SELECT customer_id, SUM(amount) AS total FROM {s}.orders GROUP BY customer_id "
             "ORDER BY total DESC, customer_id LIMIT 2 OFFSET 1"
+        ),
+        # ordered by keys not shown (the id, a count): the first rows as copies of what is shown
+        "top_orders_hidden_order": (
+            f"SELECT o.customer_id, o.amount FROM {s}.orders o ORDER BY o.amount DESC, o.id LIMIT 4"
+        ),
+        "busiest_tiers": (
+            f"SELECT c.tier FROM {s}.customers c JOIN {s}.orders o ON o.customer_id = c.id "
+            "GROUP BY c.tier ORDER BY COUNT(*) DESC, c.tier LIMIT 2"
         ),
         # a correlated MAX, decorrelated into a join with the per-customer maximum
         "max_per_customer": (

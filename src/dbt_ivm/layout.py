@@ -190,8 +190,9 @@ def plan_key(plan: Plan) -> tuple[str, ...] | None:
         return tuple(keys) if keys and all(k in plan.names for k in keys) else None
     if isinstance(plan, SetOp):  # UNION / INTERSECT / EXCEPT without ALL: each row once
         return None if plan.all else plan.names
-    if isinstance(plan, TopK):  # some of its input's rows
-        return plan_key(plan.input)
+    if isinstance(plan, TopK):  # some of its input's rows: their key, when it shows it
+        key = plan_key(plan.input)
+        return None if key is None or any(k in plan.hidden for k in key) else key
     if isinstance(plan, Window):  # one row per input row: the input's key, when passed through
         key = plan_key(plan.input)
         passed = {o.expression.name: o.name for o in plan.outputs if isinstance(o.expression, exp.Column)}

@@ -1,7 +1,8 @@
 """TopK (`ORDER BY … LIMIT n OFFSET m`, the query's last step): the stream table holds the n rows
 ranked m+1 … m+n. A batch can change them only if a changed row ranks at or above the last stored
 row, or the input holds fewer rows than the table can (every change then shows). Otherwise the
-delta is empty; if so, the stored rows leave and the top n are recomputed from the input.
+delta is empty; if so, the stored rows leave and the top n are recomputed from the input. A TopK
+ordered by columns it does not show recomputes for every batch that changes its input.
 
 Following one row: the top 3 orders by amount are 120.00, 75.50, 50.00. Deleting an order of 5.00
 puts (5.00, −1) among the changes; ranked together with the stored rows (a changed row first among
@@ -33,7 +34,10 @@ TOP, UNION, CHANGED, POSITION = "__ivm_top", "__ivm_candidates", "__ivm_changed"
 
 def contents(plan: TopK, ctx: Context) -> exp.Select:
     """The top rows of the input as it is now."""
-    query = exp.select("*").from_(aliased(plans.contents(plan.input, ctx), TOP))
+    shown: list[exp.Expr] = (
+        [exp.column(n, TOP, quoted=True) for n in plan.names] if plan.hidden else [exp.Star()]
+    )
+    query = exp.select(*shown).from_(aliased(plans.contents(plan.input, ctx), TOP))
     query = query.order_by(*[o.copy() for o in plan.order]).limit(plan.limit)
     return query.offset(plan.offset) if plan.offset else query
 
@@ -66,7 +70,9 @@ def delta(plan: TopK, ctx: Context, stream_table: exp.Table) -> exp.Query | None
         .where(exp.column(POSITION, quoted=True) <= stored.copy())
     )
     room = exp.LT(this=stored, expression=exp.Literal.number(plan.limit))
-    affected = exp.or_(reached, room)
+    # Ordered by what it does not store, the stored rows cannot be ranked against the changes: any
+    # change recomputes the top (a top-n read, by an index on the order keys where there is one).
+    affected = exp.true() if plan.hidden else exp.or_(reached, room)
     removed = exp.select(*[c.copy() for c in names], exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True))
     removed = removed.from_(aliased(stream_table, "__ivm_stored")).where(affected.copy())
     added = exp.select(*[c.copy() for c in names], exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True))

@@ -36,6 +36,7 @@ from dbt_ivm.plan import generators, rewrites
 from dbt_ivm.plan.correlation import correlated, equalities
 from dbt_ivm.plan.dialects import read_dialect
 from dbt_ivm.plan.embedded_subqueries import unnested_in_expressions
+from dbt_ivm.plan.hidden_order import ORDER_ALIAS, with_hidden_order
 from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
 from dbt_ivm.plan.lateral import from_generators
 from dbt_ivm.plan.messages import excerpt, shown, written_in
@@ -463,6 +464,10 @@ class _Planner:
         rewritten = self.rewritten(node)
         if rewritten is not None:
             return self.query(rewritten, names)
+        ordered = with_hidden_order(node)
+        if ordered is not None:
+            hidden = tuple(s.alias_or_name for s in ordered.selects[len(node.selects) :])
+            return self.query(ordered, names + hidden)
         if any(w.find_ancestor(exp.Select) is node for s in node.selects for w in s.find_all(exp.Window)):
             return self.window(node, names)
         return self.select(node, names)
@@ -584,7 +589,8 @@ class _Planner:
             term = ordered.copy()
             term.set("this", exp.column(plan.names[position], quoted=True))
             terms.append(term)
-        return TopK(plan, tuple(terms), self.count(limit, "LIMIT"), self.count(offset, "OFFSET"))
+        hidden = tuple(n for n in plan.names if n.startswith(ORDER_ALIAS))
+        return TopK(plan, tuple(terms), self.count(limit, "LIMIT"), self.count(offset, "OFFSET"), hidden)
 
     def count(self, clause: exp.Expr | None, construct: str) -> int:
         if clause is None:

@@ -155,10 +155,12 @@ class TopK:
     order: tuple[exp.Ordered, ...]
     limit: int
     offset: int
+    # Input columns it orders by but does not show (`ORDER BY amount DESC, id` showing no `id`).
+    hidden: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
-        return self.input.names
+        return tuple(n for n in self.input.names if n not in self.hidden)
 
 
 @dataclass(frozen=True)
