@@ -400,7 +400,7 @@ def test_joins_in_parentheses_and_views_over_joins(pg_conn: Any, seed: int) -> N
         ),
         # Stored false where the query shows NULL before (a customer NULL, or an order without one).
         (
-            "SELECT o.id, o.customer_id IN (SELECT c.id FROM customers c) AS known FROM orders o",
+            "SELECT o.id, o.customer_id + 1 IN (SELECT c.id FROM customers c) AS known FROM orders o",
             "`IN (subquery)` as a value",
         ),
         (
@@ -686,6 +686,21 @@ def test_exists_and_in_inside_expressions_are_maintained(pg_conn: Any, mode: str
         "or_in": (
             "SELECT c.customer_id FROM customers c WHERE c.segment = 'a' "
             "OR c.customer_id IN (SELECT o.customer_id FROM orders o WHERE o.amount > 25)"
+        ),
+    }
+    # IN as a value: NULL where nothing matches but the probe or a subquery row is NULL.
+    streams |= {
+        "in_flag": (
+            "SELECT o.id, o.customer_id IN (SELECT c.customer_id FROM customers c WHERE c.segment IS NULL) AS plain, "
+            "o.customer_id NOT IN (SELECT o2.amount FROM orders o2 WHERE o2.id > 25) AS not_in FROM orders o"
+        ),
+        "in_or_not_in": (
+            "SELECT c.customer_id FROM customers c WHERE c.segment = 'a' "
+            "OR c.customer_id NOT IN (SELECT o.customer_id FROM orders o WHERE o.amount > 25)"
+        ),
+        "in_correlated_flag": (
+            "SELECT c.customer_id, c.customer_id IN (SELECT o.amount FROM orders o "
+            "WHERE o.customer_id = c.customer_id) AS own_amount FROM customers c"
         ),
     }
     # Uncorrelated: one answer for the whole table, false, true after the second write, false again.

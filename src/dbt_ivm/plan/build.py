@@ -37,6 +37,7 @@ from dbt_ivm.plan.correlation import correlated, equalities
 from dbt_ivm.plan.dialects import read_dialect
 from dbt_ivm.plan.embedded_subqueries import unnested_in_expressions
 from dbt_ivm.plan.hidden_order import ORDER_ALIAS, with_hidden_order
+from dbt_ivm.plan.in_values import in_values_as_exists
 from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
 from dbt_ivm.plan.lateral import from_generators
 from dbt_ivm.plan.messages import excerpt, shown, written_in
@@ -64,6 +65,7 @@ from dbt_ivm.plan.nodes import (
     scans_in,
 )
 from dbt_ivm.plan.plain_subqueries import is_plain
+from dbt_ivm.plan.positions import in_truth_position
 from dbt_ivm.plan.quantified_subqueries import quantified_as_exists
 from dbt_ivm.plan.row_counts import NoRowCount, row_count
 from dbt_ivm.plan.scalar_subqueries import joined_scalar_aggregates
@@ -458,6 +460,7 @@ class _Planner:
         if not isinstance(node, exp.Select):
             self.refuse(f"`{excerpt(node)}`", "write a SELECT")
         names = names or tuple(s.alias_or_name for s in node.selects)
+        in_values_as_exists(node)
         uncorrelated_exists_as_counts(node)
         joined_scalar_aggregates(node, (f"__ivm_s{n}" for n in self.aliases))
         unnested_in_expressions(node, (f"__ivm_s{n}" for n in self.aliases))
@@ -623,7 +626,7 @@ class _Planner:
             for n in node.walk()
         ):
             for value in node.find_all(exp.In):
-                if value.args.get("query") is not None and not _in_truth_position(value):
+                if value.args.get("query") is not None and not in_truth_position(value):
                     self.refuse(
                         f"`IN (subquery)` as a value `{excerpt(value.parent or value)}` (NULL, not false, "
                         "when no value matches and the subquery holds NULL)",
@@ -833,19 +836,6 @@ def _union_all_branches(node: exp.Expr) -> list[exp.Expr]:
     if isinstance(node, exp.Union) and not node.args.get("distinct", True) and not node.args.get("order"):
         return _union_all_branches(node.this) + _union_all_branches(node.expression)
     return [node]
-
-
-def _in_truth_position(node: exp.Expr) -> bool:
-    """`node` is only ever tested for truth (a WHERE, ON, HAVING or CASE WHEN condition, through AND
-    and OR): there NULL acts as false, so a semi-join flag (matched or not) may stand for it."""
-    while isinstance(node.parent, exp.And | exp.Or | exp.Paren):
-        node = node.parent
-    parent = node.parent
-    if isinstance(parent, exp.Where | exp.Having):
-        return True
-    return (isinstance(parent, exp.Join) and node.arg_key == "on") or (
-        isinstance(parent, exp.If) and node.arg_key == "this"
-    )
 
 
 def _existence_form(conjunct: exp.Expr) -> JoinKind | None:

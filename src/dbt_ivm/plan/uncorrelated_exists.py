@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from dbt_ivm.plan.correlation import correlated
 from dbt_ivm.plan.plain_subqueries import is_plain
+from dbt_ivm.plan.positions import where_conjunct
 
 DERIVED_ALIAS = "__ivm_exists"
 
@@ -29,7 +30,7 @@ def uncorrelated_exists_as_counts(select: exp.Select) -> exp.Select:
         query = exists.this
         if (
             exists.find_ancestor(exp.Select) is not select
-            or _conjunct(exists, select)
+            or where_conjunct(exists, select)
             or not isinstance(query, exp.Query)
             or correlated(query)
         ):
@@ -43,15 +44,3 @@ def uncorrelated_exists_as_counts(select: exp.Select) -> exp.Select:
             counted = exp.select(exp.Count(this=exp.Star())).from_(derived)
         exists.replace(exp.GT(this=exp.Subquery(this=counted), expression=exp.Literal.number(0)))
     return select
-
-
-def _conjunct(node: exp.Expr, select: exp.Select) -> bool:
-    """A top-level conjunct of `select`'s WHERE, under NOT or not (a semi- or anti-join)."""
-    where = select.args.get("where")
-    if where is None:
-        return False
-    if isinstance(node.parent, exp.Not):
-        node = node.parent
-    while isinstance(node.parent, exp.Paren | exp.And):
-        node = node.parent
-    return node.parent is where
