@@ -628,9 +628,9 @@ class _Planner:
             for value in node.find_all(exp.In):
                 if value.args.get("query") is not None and not in_truth_position(value):
                     self.refuse(
-                        f"`IN (subquery)` as a value `{excerpt(value.parent or value)}` (NULL, not false, "
-                        "when no value matches and the subquery holds NULL)",
-                        "use EXISTS (… WHERE s.x = t.x), which is true or false, or use refresh_mode='full'",
+                        f"`IN (subquery)` as a value `{excerpt(value.parent or value)}` (comparing more than "
+                        "a column on each side, or correlated with a subquery that groups)",
+                        "compare columns (compute the expression in a subquery), or use refresh_mode='full'",
                     )
             for exists in node.find_all(exp.Exists):
                 if isinstance(exists.this, exp.Select) and equalities(exists.this) is None:
