@@ -40,7 +40,8 @@ long_spark=(tests/spark/test_shapes.py tests/spark/test_tpch.py tests/spark/test
   tests/spark/test_kill.py tests/spark/test_cluster.py tests/spark/test_smoke.py
   tests/spark/test_suspicious_sources.py tests/spark/test_upkeep.py tests/spark/test_decimal_sums.py
   tests/spark/test_session_time_zone.py tests/spark/test_repeating_rows.py tests/spark/test_grouped_apply.py
-  tests/spark/test_generators.py tests/spark/test_refused_constructs.py)
+  tests/spark/test_generators.py tests/spark/test_refused_constructs.py tests/spark/test_table_operations.py
+  tests/spark/test_spark_spellings.py)
 spark_lane() {
   run_pytest --backend spark "${long_spark[@]}"
 }
@@ -68,7 +69,7 @@ echo "== PostgreSQL lane, then the other Spark tests (exit $status)"
 cat "$logs/postgres.log"
 spark_status=0
 wait "$spark_pid" || spark_status=$?
-echo "== Spark lane: shapes, TPC-H, randomized, crashes, cluster, smoke, suspicious sources, upkeep, decimal sums, time zone, repeating rows, grouped apply, generators, refused constructs (exit $spark_status)"
+echo "== Spark lane: shapes, TPC-H, randomized, crashes, cluster, smoke, suspicious sources, upkeep, decimal sums, time zone, repeating rows, grouped apply, generators, refused constructs, table operations, spellings (exit $spark_status)"
 cat "$logs/spark.log"
 rm -rf "$logs"
 if [ "$status" -eq 0 ]; then
