@@ -109,7 +109,6 @@ ONLY_MODEL_COLUMNS = frozenset(
         "exists_or_tier",
         "exists_uncorrelated_flag",
         "pair_not_in",
-        "in_flag",
         "case_when_exists",
         "counts_lateral",
         "scalar_aggregate_column",
@@ -230,11 +229,6 @@ def streams(s: str) -> dict[str, str]:
         "pair_not_in": (
             f"SELECT c.id, c.name FROM {s}.customers c WHERE (c.id, c.region_id) NOT IN "
             f"(SELECT o.customer_id, o.id % 4 FROM {s}.orders o WHERE o.amount > 50)"
-        ),
-        # IN as a value: NULL where nothing matches but a NULL is involved
-        "in_flag": (
-            f"SELECT o.id, o.customer_id IN (SELECT c.id FROM {s}.customers c WHERE c.tier = 'premium') AS premium "
-            f"FROM {s}.orders o"
         ),
         # uncorrelated: one answer for the whole table, read as a count
         "exists_uncorrelated_flag": (

@@ -2,8 +2,9 @@
 with that reason by AUTO, staying equal to its query (each was planned without them before, or
 summed in a way that drifts): a running SUM or AVG over double (1e16 + 1 − 1e16 is 0), time travel
 (a fixed snapshot never changes), TABLESAMPLE, PIVOT and LATERAL VIEW OUTER (dropped from the plan), a
-struct's fields as `st.*` (whose fix names Spark's way, not PostgreSQL's), and aggregates sqlglot
-parses as plain calls (`every`, `some`, `any`)."""
+struct's fields as `st.*` (whose fix names Spark's way, not PostgreSQL's), aggregates sqlglot
+parses as plain calls (`every`, `some`, `any`), and IN (subquery) as a value, which Spark shows as
+false where SQL has NULL."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ def test_unmaintained_constructs_are_refused_by_name_and_refreshed_full(
         "any_big": (f"SELECT g, any(v > 1) AS e FROM {s}.d GROUP BY g", "aggregate `ANY("),
         # Not in dbt-ivm's list of names: Spark's function registry says it is an aggregate.
         "tried": (f"SELECT g, try_sum(id) AS t FROM {s}.d GROUP BY g", "aggregate `TRY_SUM("),
+        # Maintained on PostgreSQL; Spark's own answer is false where SQL's is NULL (SPARK-58442).
+        "in_value": (
+            f"SELECT id, g IN (SELECT g FROM {s}.d WHERE v > 1) AS known FROM {s}.d",
+            "`IN (subquery)` as a value `",
+        ),
     }
     with pytest.raises(UnsupportedQuery, match=re.escape("(`v.a, v.b`)") + ".*named_struct on Spark"):
         run_stream_table(spark, make_spec(s, "fields", queries["fields"][0], refresh_mode="differential"))

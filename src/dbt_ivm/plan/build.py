@@ -37,7 +37,7 @@ from dbt_ivm.plan.correlation import correlated, equalities
 from dbt_ivm.plan.dialects import read_dialect
 from dbt_ivm.plan.embedded_subqueries import unnested_in_expressions
 from dbt_ivm.plan.hidden_order import ORDER_ALIAS, with_hidden_order
-from dbt_ivm.plan.in_values import in_values_as_exists
+from dbt_ivm.plan.in_values import SPARK_IN_VALUES, in_values_as_exists
 from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
 from dbt_ivm.plan.lateral import from_generators
 from dbt_ivm.plan.messages import excerpt, shown, written_in
@@ -156,7 +156,7 @@ def _planned(
     rename_reserved_columns(tree, tables)
     refuse_unknown_aggregates(tree, catalog, model)
     set_returning = generators.set_returning_calls(tree, catalog)
-    plan = _Planner(tables, model, case_insensitive, set_returning).query(tree, tuple(names))
+    plan = _Planner(tables, model, case_insensitive, set_returning, dialect).query(tree, tuple(names))
     _refuse_queries_in_expressions(plan, model)
     if next(scans_in(plan), None) is None:
         raise UnsupportedQuery(model, "a query that reads no table", "use a view or table model")
@@ -441,8 +441,10 @@ class _Planner:
         model: str,
         case_insensitive: bool = False,
         set_returning: frozenset[FunctionCall] = frozenset(),
+        dialect: str = "postgres",
     ) -> None:
         self.tables, self.model, self.case_insensitive = tables, model, case_insensitive
+        self.dialect = dialect
         self.set_returning = set_returning
         self.positions = itertools.count()
         self.aliases = itertools.count(1)
@@ -460,7 +462,7 @@ class _Planner:
         if not isinstance(node, exp.Select):
             self.refuse(f"`{excerpt(node)}`", "write a SELECT")
         names = names or tuple(s.alias_or_name for s in node.selects)
-        in_values_as_exists(node)
+        in_values_as_exists(node, self.dialect)
         uncorrelated_exists_as_counts(node)
         joined_scalar_aggregates(node, (f"__ivm_s{n}" for n in self.aliases))
         unnested_in_expressions(node, (f"__ivm_s{n}" for n in self.aliases))
@@ -627,6 +629,11 @@ class _Planner:
         ):
             for value in node.find_all(exp.In):
                 if value.args.get("query") is not None and not in_truth_position(value):
+                    if self.dialect == "spark":
+                        self.refuse(
+                            f"`IN (subquery)` as a value `{excerpt(value.parent or value)}` ({SPARK_IN_VALUES})",
+                            "use EXISTS (… WHERE s.x = t.x), which is true or false, or use refresh_mode='full'",
+                        )
                     self.refuse(
                         f"`IN (subquery)` as a value `{excerpt(value.parent or value)}` (comparing more than "
                         "a column on each side, or correlated with a subquery that groups)",

@@ -10,7 +10,7 @@ maintains each (correlated by equalities: a join of the matched keys; uncorrelat
 >>> import sqlglot
 >>> q = sqlglot.parse_one("SELECT o.id, o.customer IN (SELECT c.name FROM customers AS c) AS known "
 ...                       "FROM orders AS o")
->>> print(in_values_as_exists(q).sql())
+>>> print(in_values_as_exists(q, "postgres").sql())
 SELECT o.id, CASE WHEN EXISTS(SELECT 1 FROM customers AS c WHERE c.name = o.customer) THEN TRUE WHEN o.customer IS NULL AND EXISTS(SELECT 1 FROM customers AS c) THEN NULL WHEN EXISTS(SELECT 1 FROM customers AS c WHERE c.name IS NULL) THEN NULL ELSE FALSE END AS known FROM orders AS o
 """
 
@@ -23,11 +23,17 @@ from dbt_ivm.plan.plain_subqueries import is_plain
 from dbt_ivm.plan.positions import in_truth_position, where_conjunct
 
 DERIVED_ALIAS = "__ivm_in"
+# Spark 3.5 rewrites IN (subquery) outside a condition into an existence join and shows false where
+# SQL has NULL (a NULL value, a NULL in the subquery): the stream table could not equal the query.
+SPARK_IN_VALUES = "Spark shows false where SQL has NULL: a NULL value, or a NULL in the subquery"
 
 
-def in_values_as_exists(select: exp.Select) -> exp.Select:
+def in_values_as_exists(select: exp.Select, dialect: str) -> exp.Select:
     """`select` with each single-column `IN (subquery)` of its own that is not only tested for
-    truth rewritten (in place); a subquery that groups or combines must be uncorrelated."""
+    truth rewritten (in place); a subquery that groups or combines must be uncorrelated. Not on
+    Spark, whose own answer is not SQL's (SPARK_IN_VALUES)."""
+    if dialect == "spark":
+        return select
     for found in list(select.find_all(exp.In)):
         query = found.args.get("query")
         if (
