@@ -551,18 +551,22 @@ def test_rows_written_in_the_query_are_maintained(pg_conn: Any, mode: str) -> No
     follow_writes(pg_conn, streams, writes, mode)
 
 
+# Twelve customers (every third in segment 'a', the rest NULL) and thirty orders over eight of them,
+# every fifth without a customer; order i has amount i.
+CUSTOMERS_WITH_ORDERS = (
+    "CREATE TABLE customers (customer_id int PRIMARY KEY, segment text);"
+    "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount int);"
+    "INSERT INTO customers SELECT i, CASE WHEN i % 3 = 0 THEN 'a' END FROM generate_series(1, 12) i;"
+    "INSERT INTO orders SELECT i, CASE WHEN i % 5 = 0 THEN NULL ELSE 1 + i % 8 END, i "
+    "FROM generate_series(1, 30) i"
+)
+
+
 @pytest.mark.parametrize("mode", ["differential", "immediate"])
 def test_scalar_subqueries_inside_expressions_are_maintained(pg_conn: Any, mode: str) -> None:
     """A correlated scalar subquery inside arithmetic, a function or a CASE value (refused as a
     "scalar subquery" before), beside subqueries the WHERE decorrelates itself."""
-    execute(
-        pg_conn,
-        "CREATE TABLE customers (customer_id int PRIMARY KEY, segment text);"
-        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount int);"
-        "INSERT INTO customers SELECT i, CASE WHEN i % 3 = 0 THEN 'a' END FROM generate_series(1, 12) i;"
-        "INSERT INTO orders SELECT i, CASE WHEN i % 5 = 0 THEN NULL ELSE 1 + i % 8 END, i "
-        "FROM generate_series(1, 30) i",
-    )
+    execute(pg_conn, CUSTOMERS_WITH_ORDERS)
     counted = "SELECT count(*) FROM orders o WHERE o.customer_id = c.customer_id"
     streams = {
         "diff_from_average": (
@@ -598,14 +602,7 @@ def test_quantified_subqueries_are_maintained(pg_conn: Any, mode: str) -> None:
     """`x op ANY|SOME|ALL (subquery)` and `(x, y) [NOT] IN (subquery)` as WHERE conjuncts, negated or
     not, plain, correlated, grouped or over a set operation (refused as `ALL (subquery)` or "over
     several columns" before), with NULLs on both sides."""
-    execute(
-        pg_conn,
-        "CREATE TABLE customers (customer_id int PRIMARY KEY, segment text);"
-        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount int);"
-        "INSERT INTO customers SELECT i, CASE WHEN i % 3 = 0 THEN 'a' END FROM generate_series(1, 12) i;"
-        "INSERT INTO orders SELECT i, CASE WHEN i % 5 = 0 THEN NULL ELSE 1 + i % 8 END, i "
-        "FROM generate_series(1, 30) i",
-    )
+    execute(pg_conn, CUSTOMERS_WITH_ORDERS)
     streams = {
         "any_eq": (
             "SELECT c.customer_id FROM customers c "
@@ -666,14 +663,7 @@ def test_exists_and_in_inside_expressions_are_maintained(pg_conn: Any, mode: str
     all, and IN where only its truth counts (refused, or planned as per-row expressions whose tables
     went unseen, before). `orders` holds
     NULL customers: IN as a value would be NULL there, and is refused."""
-    execute(
-        pg_conn,
-        "CREATE TABLE customers (customer_id int PRIMARY KEY, segment text);"
-        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount int);"
-        "INSERT INTO customers SELECT i, CASE WHEN i % 3 = 0 THEN 'a' END FROM generate_series(1, 12) i;"
-        "INSERT INTO orders SELECT i, CASE WHEN i % 5 = 0 THEN NULL ELSE 1 + i % 8 END, i "
-        "FROM generate_series(1, 30) i",
-    )
+    execute(pg_conn, CUSTOMERS_WITH_ORDERS)
     matched = "SELECT 1 FROM orders o WHERE o.customer_id = c.customer_id AND o.amount > 20"
     streams = {
         "exists_or": f"SELECT c.customer_id FROM customers c WHERE c.segment = 'a' OR EXISTS ({matched})",
