@@ -47,8 +47,19 @@ def delta(plan: TopK, ctx: Context, stream_table: exp.Table) -> exp.Query | None
     found = plans.delta(plan.input, ctx)
     if found is None:
         return None
-    changes = ctx.pinned(found)
     names = [exp.column(n, quoted=True) for n in plan.names]
+    # Ordered by what it does not store, the stored rows cannot be ranked against the changes: any
+    # change recomputes the top (a top-n read, by an index on the order keys where there is one).
+    affected = exp.true() if plan.hidden else _reaches_top(plan, ctx.pinned(found), names, stream_table)
+    removed = exp.select(*[c.copy() for c in names], exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True))
+    removed = removed.from_(aliased(stream_table, "__ivm_stored")).where(affected.copy())
+    added = exp.select(*[c.copy() for c in names], exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True))
+    added = added.from_(aliased(contents(plan, ctx), "__ivm_new")).where(affected)
+    return union_all([removed, added])
+
+
+def _reaches_top(plan: TopK, changes: exp.Expr, names: list[exp.Column], stream_table: exp.Table) -> exp.Expr:
+    """Whether a changed row ranks among the stored top, or the top has room for more."""
 
     def flagged(relation: exp.Expr, flag: int) -> exp.Select:
         columns = [c.copy() for c in names]
@@ -69,12 +80,4 @@ def delta(plan: TopK, ctx: Context, stream_table: exp.Table) -> exp.Query | None
         .where(exp.column(CHANGED, quoted=True).eq(1))
         .where(exp.column(POSITION, quoted=True) <= stored.copy())
     )
-    room = exp.LT(this=stored, expression=exp.Literal.number(plan.limit))
-    # Ordered by what it does not store, the stored rows cannot be ranked against the changes: any
-    # change recomputes the top (a top-n read, by an index on the order keys where there is one).
-    affected = exp.true() if plan.hidden else exp.or_(reached, room)
-    removed = exp.select(*[c.copy() for c in names], exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True))
-    removed = removed.from_(aliased(stream_table, "__ivm_stored")).where(affected.copy())
-    added = exp.select(*[c.copy() for c in names], exp.alias_(exp.Literal.number(1), WEIGHT, quoted=True))
-    added = added.from_(aliased(contents(plan, ctx), "__ivm_new")).where(affected)
-    return union_all([removed, added])
+    return exp.or_(reached, exp.LT(this=stored, expression=exp.Literal.number(plan.limit)))

@@ -331,10 +331,6 @@ def _resolve_tables(tree: exp.Expr, catalog: Catalog, model: str, dialect: str) 
     raise UnsupportedQuery(model, "views nested more than 16 deep")
 
 
-def _unalias(select: exp.Expr) -> exp.Expr:
-    return select.this if isinstance(select, exp.Alias) else select
-
-
 def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
     """Constructs no rule maintains, wherever they stand in the query."""
     for node in tree.walk():
@@ -546,7 +542,7 @@ class _Planner:
         relation = self.block(node, set())
         selects = node.selects
         outputs = tuple(
-            Output(name, _unalias(s))
+            Output(name, s.unalias())
             for name, s in zip(names or tuple(s.alias_or_name for s in selects), selects, strict=True)
         )
         plan: Plan
@@ -584,7 +580,7 @@ class _Planner:
             position = (
                 aliases.index(key.name)
                 if by_alias
-                else next((i for i, s in enumerate(node.selects) if _unalias(s) == key), None)
+                else next((i for i, s in enumerate(node.selects) if s.unalias() == key), None)
             )
             if position is None:
                 self.refuse(
@@ -753,7 +749,7 @@ class _Planner:
             assert value is not None
             if len(subquery.selects) != 1 or isinstance(inner.this, exp.Tuple):
                 self.refuse(_subquery_form(conjunct) + " over several columns", "use EXISTS")
-            probe, found = inner.this.copy(), _unalias(value).copy()
+            probe, found = inner.this.copy(), value.unalias().copy()
             condition = exp.EQ(this=probe, expression=found)
             if kind == "anti":
                 # x NOT IN (…) holds when no value equals x or might (NULL on either side).

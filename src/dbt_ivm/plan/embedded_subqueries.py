@@ -64,7 +64,7 @@ def unnested_in_expressions(select: exp.Select, aliases: Iterator[str]) -> exp.S
         return node
 
     for projection, subquery in zip(probe.selects, embedded, strict=True):
-        value = projection.this if isinstance(projection, exp.Alias) else projection
+        value = projection.unalias()
         if not isinstance(value, exp.Subquery):  # one sqlglot could not decorrelate stays
             subquery.replace(value.transform(rename))
     for join in added:

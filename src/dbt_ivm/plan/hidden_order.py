@@ -29,7 +29,7 @@ def with_hidden_order(select: exp.Select) -> exp.Select | None:
     if select.args.get("distinct"):
         return None
     names = [s.alias_or_name for s in select.selects]
-    shown = [s.this if isinstance(s, exp.Alias) else s for s in select.selects]
+    shown = [s.unalias() for s in select.selects]
     hidden = [
         position
         for position, ordered in enumerate(order.expressions)

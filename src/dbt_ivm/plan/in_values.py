@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dbt_ivm.plan.correlation import correlated
-from dbt_ivm.plan.plain_subqueries import is_plain
+from dbt_ivm.plan.plain_subqueries import rows_of
 from dbt_ivm.plan.positions import in_truth_position, where_conjunct
 
 DERIVED_ALIAS = "__ivm_in"
@@ -48,17 +47,10 @@ def in_values_as_exists(select: exp.Select, dialect: str) -> exp.Select:
             query = query.this
         if not isinstance(query, exp.Query) or len(query.selects) != 1:
             continue
-        if isinstance(query, exp.Select) and is_plain(query):
-            rows = query.copy()
-            rows.set("distinct", None)
-            value = rows.selects[0]
-            value = value.this if isinstance(value, exp.Alias) else value
-        elif correlated(query):
+        read = rows_of(query, DERIVED_ALIAS)
+        if read is None:
             continue  # refused by name by the planner
-        else:
-            derived = exp.Subquery(this=query.copy(), alias=exp.to_identifier(DERIVED_ALIAS, quoted=True))
-            rows = exp.select("*").from_(derived)
-            value = exp.column(query.selects[0].alias_or_name, DERIVED_ALIAS, quoted=True)
+        rows, (value,) = read
         probe = found.this
         if not (isinstance(probe, exp.Column) and isinstance(value, exp.Column)):
             continue  # the match would correlate by more than an equality of columns: refused

@@ -31,8 +31,7 @@ import itertools
 
 from sqlglot import exp
 
-from dbt_ivm.plan.correlation import correlated
-from dbt_ivm.plan.plain_subqueries import is_plain
+from dbt_ivm.plan.plain_subqueries import rows_of
 
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 DERIVED_ALIAS = "__ivm_q"
@@ -61,18 +60,10 @@ def _as_exists(conjunct: exp.Expr, numbers: itertools.count[int]) -> exp.Expr | 
     if form is None:
         return None
     operator, probes, every, query = form
-    if isinstance(query, exp.Select) and is_plain(query):
-        inner = query.copy()
-        values = [_unaliased(s) for s in inner.selects]
-        inner.set("distinct", None)
-    elif correlated(query):
-        return None  # a derived table cannot read the outer row: refused by name later
-    else:
-        alias = f"{DERIVED_ALIAS}{next(numbers)}"
-        values = [exp.column(s.alias_or_name, alias, quoted=True) for s in query.selects]
-        inner = exp.select("1").from_(
-            exp.Subquery(this=query.copy(), alias=exp.to_identifier(alias, quoted=True))
-        )
+    found = rows_of(query, f"{DERIVED_ALIAS}{next(numbers)}")
+    if found is None:
+        return None
+    inner, values = found
     compared = _compared(operator, probes, values)
     # ANY and NOT ALL ask for a row that compares true / false; ALL and NOT ANY for none that
     # compares false / true or NULL.
@@ -127,7 +118,3 @@ def _compared(operator: type[exp.Expr], probes: list[exp.Expr], values: list[exp
         *[exp.EQ(this=p.copy(), expression=v.copy()) for p, v in zip(probes, values, strict=True)]
     )
     return exp.Not(this=exp.paren(equal)) if operator is exp.NEQ else equal
-
-
-def _unaliased(node: exp.Expr) -> exp.Expr:
-    return node.this if isinstance(node, exp.Alias) else node

@@ -18,7 +18,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dbt_ivm.plan.correlation import correlated
-from dbt_ivm.plan.plain_subqueries import is_plain
+from dbt_ivm.plan.plain_subqueries import rows_of
 from dbt_ivm.plan.positions import where_conjunct
 
 DERIVED_ALIAS = "__ivm_exists"
@@ -35,12 +35,9 @@ def uncorrelated_exists_as_counts(select: exp.Select) -> exp.Select:
             or correlated(query)
         ):
             continue
-        if isinstance(query, exp.Select) and is_plain(query):
-            counted = query.copy()
-            counted.set("distinct", None)
-            counted.set("expressions", [exp.Count(this=exp.Star())])
-        else:
-            derived = exp.Subquery(this=query.copy(), alias=exp.to_identifier(DERIVED_ALIAS, quoted=True))
-            counted = exp.select(exp.Count(this=exp.Star())).from_(derived)
+        read = rows_of(query, DERIVED_ALIAS)
+        assert read is not None  # an uncorrelated query always reads as a derived table
+        counted = read[0]
+        counted.set("expressions", [exp.Count(this=exp.Star())])
         exists.replace(exp.GT(this=exp.Subquery(this=counted), expression=exp.Literal.number(0)))
     return select
