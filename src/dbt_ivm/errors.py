@@ -54,6 +54,20 @@ class KeyNotUnique(IvmError):
         )
 
 
+class TriggerNameTaken(IvmError):
+    """A source has a trigger of the user's own under a name change capture creates: creating
+    capture (CREATE OR REPLACE TRIGGER) would replace it without a word."""
+
+    def __init__(self, model: str, source: str, triggers: list[str]) -> None:
+        self.model = model
+        names = ", ".join(triggers)
+        super().__init__(
+            f"model {model}: source {source} has a trigger of its own named {names}, the name dbt-ivm's "
+            "change capture gives its triggers (the __ivm_ prefix is reserved); rename that trigger "
+            "(ALTER TRIGGER … ON … RENAME TO …) and run again"
+        )
+
+
 class SparkFailed(IvmError):
     """Spark failed while refreshing: the JVM's message instead of py4j's wrapper (spark/failures.py)."""
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dbt_ivm.errors import TriggerNameTaken
 from tests.oracle import assert_matches_query
 from tests.postgres.streams import (
     CATALOG,
@@ -148,6 +149,53 @@ def test_long_key_columns_keep_apart(pg_conn: Any) -> None:
 def test_an_output_named_like_our_columns_is_refused_by_name(orders: Any) -> None:
     with pytest.raises(Exception, match=r"__ivm_count.*another alias"):
         refresh(orders, "bad", "SELECT customer, COUNT(*) AS __ivm_count FROM orders GROUP BY customer")
+
+
+def _user_trigger_fires(conn: Any, name: str) -> bool:
+    """Whether the trigger `name` on orders, which logs each insert into fired, still runs the user's function."""
+    execute(
+        conn, "DELETE FROM fired; INSERT INTO orders VALUES (99, 'c9', 9); DELETE FROM orders WHERE id = 99"
+    )
+    owner = value(
+        conn,
+        "SELECT p.proname FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid "
+        "WHERE t.tgrelid = 'orders'::regclass AND t.tgname = %s",
+        (name,),
+    )
+    return owner == "log_insert" and value(conn, "SELECT count(*) FROM fired") == 1
+
+
+def test_a_user_trigger_named_like_capture_is_refused_never_replaced(pg_conn: Any) -> None:
+    execute(
+        pg_conn,
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2)); CREATE TABLE fired (id int);"
+        "CREATE FUNCTION log_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "INSERT INTO fired SELECT id FROM new_rows; RETURN NULL; END $$;"
+        'CREATE TRIGGER "__ivm_capture_ins" AFTER INSERT ON orders REFERENCING NEW TABLE AS new_rows '
+        "FOR EACH STATEMENT EXECUTE FUNCTION log_insert();"
+        "INSERT INTO orders VALUES (1, 'c1', 1)",
+    )
+    with pytest.raises(
+        TriggerNameTaken,
+        match=r'model totals: source public\.orders .*"?__ivm_capture_ins"? ON orders.*rename',
+    ):
+        refresh(pg_conn, "totals", TOTALS, refresh_mode="differential")
+    assert _user_trigger_fires(pg_conn, "__ivm_capture_ins")
+    execute(pg_conn, 'ALTER TRIGGER "__ivm_capture_ins" ON orders RENAME TO log_insert')
+    assert refresh_and_check(pg_conn, "totals", TOTALS, refresh_mode="differential").action == "CREATE"
+    # The user replaces a capture trigger with one of their own: refused again, theirs kept.
+    execute(
+        pg_conn,
+        "DROP TRIGGER log_insert ON orders;"
+        'CREATE OR REPLACE TRIGGER "__ivm_capture_ins" AFTER INSERT ON orders REFERENCING NEW TABLE AS new_rows '
+        "FOR EACH STATEMENT EXECUTE FUNCTION log_insert(); INSERT INTO orders VALUES (2, 'c1', 2)",
+    )
+    with pytest.raises(TriggerNameTaken, match="__ivm_capture_ins"):
+        refresh(pg_conn, "totals", TOTALS, refresh_mode="differential")
+    assert _user_trigger_fires(pg_conn, "__ivm_capture_ins")
+    execute(pg_conn, 'DROP TRIGGER "__ivm_capture_ins" ON orders')
+    result = refresh_and_check(pg_conn, "totals", TOTALS, refresh_mode="differential")
+    assert result.action == "FULL" and result.reason and "triggers" in result.reason, result.summary()
 
 
 # --- class 3: writes that bypass ordinary triggers are captured or detected ------------------------

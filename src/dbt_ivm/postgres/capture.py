@@ -307,6 +307,23 @@ def _triggers_complete(db: Db, catalog: str, table: TableInfo) -> bool:
     )
 
 
+def taken_trigger_names(db: Db, catalog: str, table: TableInfo) -> list[str]:
+    """Triggers in the source's tree that carry a capture trigger's name but are not capture's own:
+    install's CREATE OR REPLACE TRIGGER would silently replace them."""
+    rows = db.rows(
+        TREE_SQL + "SELECT pg_catalog.format('%%I ON %%s', t.tgname, t.tgrelid::regclass) "
+        "FROM pg_catalog.pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
+        "WHERE t.tgname = ANY(%(names)s) AND t.tgfoid IS DISTINCT FROM pg_catalog.to_regprocedure(%(function)s) "
+        "ORDER BY 1",
+        {
+            "source": table.identity,
+            "names": [TRIGGER_PREFIX + suffix for suffix in EVENTS],
+            "function": _function_signature(catalog, table),
+        },
+    )
+    return [str(r[0]) for r in rows]
+
+
 def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
     """(Re)create the buffer, capture function and triggers. Runs in the caller's transaction.
 
