@@ -706,6 +706,78 @@ ODD_IDENTIFIERS = Case(
     ),
 )
 
+# The planner's subquery rewrites (ANY/ALL, row-valued NOT IN, IN as a value, uncorrelated EXISTS,
+# scalar subqueries inside expressions, TopK by hidden keys) over odd names, aliases and source columns
+# named like the aliases those rewrites introduce, and a user trigger that writes the other source.
+SUBQUERY_SCHEMA = 'sub "q" 表'
+SUB_ORDER = f'{quote(SUBQUERY_SCHEMA)}."order"'
+SUB_GROUP = f'{quote(SUBQUERY_SCHEMA)}."group"'
+SUBQUERY_REWRITES = Case(
+    "subquery_rewrites_odd_names_and_triggers",
+    "2 name collisions (identifier fuzz)",
+    differential=True,
+    standard=False,
+    setup=f"""
+CREATE SCHEMA {quote(SUBQUERY_SCHEMA)};
+CREATE TABLE {SUB_ORDER} ("select" int PRIMARY KEY, "user" int, "__ivm_in" numeric, "Mixed Case" text);
+CREATE TABLE {SUB_GROUP} ("user" int PRIMARY KEY, "__ivm_order0" text, "limit" numeric);
+INSERT INTO {SUB_ORDER} VALUES (1, 1, 10, 'a'), (2, 1, 3, 'b'), (3, 2, NULL, 'a'), (4, NULL, 7, NULL),
+  (5, 3, 8, 'c');
+INSERT INTO {SUB_GROUP} VALUES (1, 'a', 5), (2, 'x', NULL), (3, 'c', 9);
+CREATE FUNCTION {quote(SUBQUERY_SCHEMA)}."bump ""limit"" now" () RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE {SUB_GROUP} SET "limit" = coalesce("limit", 0) + 1 WHERE "user" = NEW."user";
+  RETURN NULL;
+END $$;
+CREATE TRIGGER "__ivm_capture_insert" AFTER INSERT ON {SUB_ORDER} FOR EACH ROW
+  EXECUTE FUNCTION {quote(SUBQUERY_SCHEMA)}."bump ""limit"" now"();
+""",
+    shapes=(
+        Shape(
+            "all",
+            f'SELECT o."select", o."__ivm_in" FROM {SUB_ORDER} AS o WHERE o."__ivm_in" > ALL '
+            f'(SELECT "__ivm_q0"."limit" FROM {SUB_GROUP} AS "__ivm_q0" WHERE "__ivm_q0"."user" = o."user")',
+            schema=SUBQUERY_SCHEMA,
+        ),
+        Shape(
+            "not in",
+            f'SELECT "__ivm_q0"."select" FROM {SUB_ORDER} AS "__ivm_q0" WHERE ("__ivm_q0"."user", '
+            f'"__ivm_q0"."Mixed Case") NOT IN (SELECT "user", "__ivm_order0" FROM {SUB_GROUP})',
+            schema=SUBQUERY_SCHEMA,
+        ),
+        Shape(
+            "in?",
+            f'SELECT o."select", o."user" IN (SELECT "__ivm_in"."user" FROM {SUB_GROUP} AS "__ivm_in" '
+            f'WHERE "__ivm_in"."limit" > 1) AS "in?", o."__ivm_in" FROM {SUB_ORDER} AS o',
+            schema=SUBQUERY_SCHEMA,
+        ),
+        Shape(
+            "exists",
+            f'SELECT o."select", EXISTS (SELECT 1 FROM {SUB_GROUP} AS "__ivm_exists" WHERE '
+            f'"__ivm_exists"."limit" > 9) AS "any ""big""" FROM {SUB_ORDER} AS o',
+            schema=SUBQUERY_SCHEMA,
+        ),
+        Shape(
+            "scalar",
+            f'SELECT o."select", o."__ivm_in" + (SELECT MAX("__ivm_s0"."limit") FROM {SUB_GROUP} AS "__ivm_s0" '
+            f'WHERE "__ivm_s0"."user" = o."user") AS "sum ""x""" FROM {SUB_ORDER} AS o',
+            schema=SUBQUERY_SCHEMA,
+        ),
+        Shape(
+            "top",
+            f'SELECT "select", "user" FROM {SUB_ORDER} ORDER BY "__ivm_in" DESC NULLS LAST, "select" LIMIT 3',
+            schema=SUBQUERY_SCHEMA,
+        ),
+    ),
+    steps=(
+        W(f"INSERT INTO {SUB_ORDER} VALUES (6, 2, 20, 'x'), (7, 1, 1, 'a')"),
+        W(f'UPDATE {SUB_GROUP} SET "limit" = 30, "__ivm_order0" = \'b\' WHERE "user" = 1'),
+        W(f'UPDATE {SUB_ORDER} SET "__ivm_in" = NULL, "user" = 3 WHERE "select" IN (1, 6)'),
+        W(f'DELETE FROM {SUB_GROUP} WHERE "user" = 3; INSERT INTO {SUB_GROUP} VALUES (4, NULL, 2)'),
+        W(f'DELETE FROM {SUB_ORDER} WHERE "select" = 5; INSERT INTO {SUB_ORDER} VALUES (8, 4, 100, NULL)'),
+    ),
+)
+
 SQL_SYNTAX_IDENTIFIERS = Case(
     "identifiers_like_internals_and_sql_syntax",
     "2 name collisions (identifier fuzz)",
@@ -1471,6 +1543,7 @@ CASES: tuple[Case, ...] = (
     OUTPUT_COLUMNS_LIKE_INTERNALS,
     LONG_PRIMARY_KEY,
     ODD_IDENTIFIERS,
+    SUBQUERY_REWRITES,
     SQL_SYNTAX_IDENTIFIERS,
     DOLLAR_QUOTE_NAMES,
     DOTTED_NAMES,
