@@ -174,6 +174,25 @@ def test_full_refresh_rewrites_only_rows_that_differ(
     assert moved == rewritten
 
 
+@pytest.mark.parametrize(
+    ("sql", "reads_top"),
+    [
+        ("SELECT customer, amount FROM orders ORDER BY amount DESC, id LIMIT 3", True),
+        ("SELECT id, customer, amount FROM orders ORDER BY amount DESC, id LIMIT 3", False),
+    ],
+    ids=["hidden order keys", "shown order keys"],
+)
+def test_auto_refreshes_a_top_by_hidden_keys_full_and_says_why(shop: Any, sql: str, reads_top: bool) -> None:
+    assert refresh_and_check(shop, "top", sql).action == "CREATE"
+    execute(shop, "UPDATE orders SET amount = amount + 1000 WHERE id = 5")
+    result = refresh_and_check(shop, "top", sql)
+    hidden = "columns the query does not select" in (result.reason or "")
+    assert (result.action == "FULL" and hidden) == reads_top, result.summary()
+    execute(shop, "DELETE FROM orders WHERE id = 5")
+    differential = refresh_and_check(shop, "top", sql, refresh_mode="differential")
+    assert differential.action == "DIFFERENTIAL", differential.summary()
+
+
 def test_auto_refreshes_a_window_without_partitions_full_and_says_why(shop: Any) -> None:
     sql = "SELECT id, row_number() OVER (ORDER BY amount DESC, id) AS place FROM orders"
     assert refresh_and_check(shop, "places", sql).action == "CREATE"

@@ -256,12 +256,16 @@ def children(node: Plan | Relation) -> tuple[Plan | Relation, ...]:
 
 def whole_input_reason(node: Plan | Relation, dialect: str = "postgres") -> str | None:
     """Why every batch makes a differential refresh recompute a whole input (None: it follows the
-    batch): a window function without PARTITION BY ranks every row of its input again."""
+    batch): a window function without PARTITION BY ranks every row of its input again; an ORDER BY
+    … LIMIT by columns it does not show reads its input's top again (the stored rows cannot be
+    ranked against the batch)."""
     if isinstance(node, Window) and not node.partition_by:
         window = next(w for o in node.outputs for w in o.expression.find_all(exp.Window))
         return (
             f"window function `{window.sql(dialect)}` has no PARTITION BY: every batch recomputes its input"
         )
+    if isinstance(node, TopK) and node.hidden:
+        return "ORDER BY … LIMIT by columns the query does not select: every batch reads its input's top again"
     return next((r for c in children(node) if (r := whole_input_reason(c, dialect)) is not None), None)
 
 
