@@ -92,6 +92,8 @@ ONLY_MODEL_COLUMNS = frozenset(
         "window_over_groups",
         "rank_of_totals",
         "union_distinct",
+        "top_of_union",
+        "top_of_union_all_offset",
         "intersect_distinct",
         "except_distinct",
         "right_join",
@@ -322,6 +324,15 @@ def streams(s: str) -> dict[str, str]:
         ),
         "intersect_distinct": (
             f"SELECT customer_id AS k FROM {s}.orders INTERSECT SELECT id FROM {s}.customers"
+        ),
+        # the first rows of a set operation: ordered by name, by position, NULLs as each engine ranks them
+        "top_of_union": (
+            f"SELECT customer_id AS k, amount FROM {s}.orders UNION SELECT region_id, CAST(id AS decimal(10,2)) "
+            f"FROM {s}.customers ORDER BY amount DESC, k LIMIT 3"
+        ),
+        "top_of_union_all_offset": (
+            f"SELECT id, amount FROM {s}.orders UNION ALL SELECT order_id, CAST(NULL AS decimal(10,2)) "
+            f"FROM {s}.returns ORDER BY 2 DESC NULLS LAST, 1 LIMIT 4 OFFSET 1"
         ),
         "intersect_all": f"SELECT v AS k FROM {s}.events INTERSECT ALL SELECT customer_id FROM {s}.orders",
         "except_distinct": f"SELECT customer_id AS k FROM {s}.orders EXCEPT SELECT id FROM {s}.customers",

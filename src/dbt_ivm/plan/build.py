@@ -64,6 +64,7 @@ from dbt_ivm.plan.nodes import (
     all_items,
     scans_in,
 )
+from dbt_ivm.plan.ordered_set_operations import ordered_set_operation_as_select
 from dbt_ivm.plan.plain_subqueries import is_plain
 from dbt_ivm.plan.positions import in_truth_position
 from dbt_ivm.plan.quantified_subqueries import quantified_as_exists
@@ -133,6 +134,7 @@ def _planned(
         )
         tree = rename_reserved_names(tree)
         tree = quantified_as_exists(tree)
+        tree = ordered_set_operation_as_select(tree)
         tree = merge_subqueries(tree)
         tree = from_generators(tree, model)
         tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
@@ -347,7 +349,9 @@ def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
             )
         if isinstance(node, exp.Query):
             for clause, construct in (("limit", "LIMIT"), ("offset", "OFFSET")):
-                if node.args.get(clause) and (node is not tree or not isinstance(node, exp.Select)):
+                if node.args.get(clause) and (
+                    node is not tree or not isinstance(node, exp.Select | exp.SetOperation)
+                ):
                     raise UnsupportedQuery(
                         model, f"`{construct}` in `{excerpt(node)}`", "keep LIMIT on the outermost SELECT"
                     )
@@ -522,8 +526,12 @@ class _Planner:
         return plan
 
     def set_operation(self, node: exp.SetOperation, names: tuple[str, ...] | None) -> Plan:
-        if node.args.get("order") or node.args.get("limit"):
-            self.refuse(f"ORDER BY / LIMIT on `{excerpt(node)}`", "drop it, or filter in a downstream model")
+        # ORDER BY alone orders nothing a table keeps; the first rows of the query's own set operation
+        # are a SELECT over it by now (ordered_set_operations).
+        if node.args.get("limit") or node.args.get("offset"):
+            self.refuse(
+                f"LIMIT / OFFSET on `{excerpt(node)}`", "order by output columns only, each named once"
+            )
         distinct = bool(node.args.get("distinct", True))
         # Every branch under the operation's names: a later branch's own may repeat (`SELECT
         # CAST(x AS …), x`), and its rows are read by name.

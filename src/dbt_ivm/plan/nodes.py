@@ -265,7 +265,9 @@ def whole_input_reason(node: Plan | Relation, dialect: str = "postgres") -> str 
             f"window function `{window.sql(dialect)}` has no PARTITION BY: every batch recomputes its input"
         )
     if isinstance(node, TopK) and node.hidden:
-        return "ORDER BY … LIMIT by columns the query does not select: every batch reads its input's top again"
+        return (
+            "ORDER BY … LIMIT by columns the query does not select: every batch reads its input's top again"
+        )
     return next((r for c in children(node) if (r := whole_input_reason(c, dialect)) is not None), None)
 
 
