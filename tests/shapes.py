@@ -319,8 +319,8 @@ def streams(s: str) -> dict[str, str]:
             f"UNION ALL SELECT o.id, o.amount FROM {s}.orders o JOIN {s}.customers c "
             f"ON o.customer_id = c.id WHERE c.tier = 'premium'"
         ),
-        "union_distinct": (
-            f"SELECT customer_id AS k FROM {s}.orders UNION SELECT region_id FROM {s}.customers"
+        "union_distinct": (  # ORDER BY alone orders nothing a table keeps
+            f"SELECT customer_id AS k FROM {s}.orders UNION SELECT region_id FROM {s}.customers ORDER BY k"
         ),
         "intersect_distinct": (
             f"SELECT customer_id AS k FROM {s}.orders INTERSECT SELECT id FROM {s}.customers"
