@@ -55,16 +55,16 @@ class KeyNotUnique(IvmError):
 
 
 class TriggerNameTaken(IvmError):
-    """A source has a trigger of the user's own under a name change capture creates: creating
-    capture (CREATE OR REPLACE TRIGGER) would replace it without a word."""
+    """A table dbt-ivm puts a trigger on (a source, a stream table) has a trigger of the user's own
+    under that name: creating ours (CREATE OR REPLACE TRIGGER) would replace it without a word."""
 
-    def __init__(self, model: str, source: str, triggers: list[str]) -> None:
+    def __init__(self, model: str, table: str, triggers: list[str]) -> None:
         self.model = model
         names = ", ".join(triggers)
         super().__init__(
-            f"model {model}: source {source} has a trigger of its own named {names}, the name dbt-ivm's "
-            "change capture gives its triggers (the __ivm_ prefix is reserved); rename that trigger "
-            "(ALTER TRIGGER … ON … RENAME TO …) and run again"
+            f"model {model}: {table} has a trigger of its own named {names}, a name dbt-ivm gives its "
+            "own triggers (the __ivm_ prefix is reserved); rename that trigger (ALTER TRIGGER … ON … "
+            "RENAME TO …) and run again"
         )
 
 

@@ -177,7 +177,7 @@ def test_a_user_trigger_named_like_capture_is_refused_never_replaced(pg_conn: An
     )
     with pytest.raises(
         TriggerNameTaken,
-        match=r'model totals: source public\.orders .*"?__ivm_capture_ins"? ON orders.*rename',
+        match=r'model totals: source public\.orders has .*"?__ivm_capture_ins"? ON orders.*rename',
     ):
         refresh(pg_conn, "totals", TOTALS, refresh_mode="differential")
     assert _user_trigger_fires(pg_conn, "__ivm_capture_ins")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dbt_ivm.errors import TriggerNameTaken
 from dbt_ivm.postgres import outside_writes
 from tests.oracle import assert_matches_query
 from tests.postgres.streams import (
@@ -107,6 +108,36 @@ def test_a_disabled_guard_is_a_full_refresh_and_comes_back(pg_conn: Any) -> None
     execute(pg_conn, "DELETE FROM totals WHERE customer = 'c1'")  # seen again
     again = refresh_and_check(pg_conn, "totals", TOTALS, "guard back", refresh_mode="differential")
     assert again.action == "FULL" and OUTSIDE in str(again.reason), again.summary()
+
+
+def test_a_user_trigger_named_like_the_guard_is_refused_never_replaced(pg_conn: Any) -> None:
+    execute(
+        pg_conn,
+        TWENTY_ORDERS + "; CREATE TABLE fired (n int);"
+        "CREATE FUNCTION count_writes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "INSERT INTO fired VALUES (1); RETURN NULL; END $$",
+    )
+    refresh_and_check(pg_conn, "totals", TOTALS, "create", refresh_mode="differential")
+    # Put on by hand (a post-hook, say): it replaces dbt-ivm's guard of the same name.
+    execute(
+        pg_conn,
+        'CREATE OR REPLACE TRIGGER "__ivm_guard" AFTER INSERT OR UPDATE OR DELETE ON totals '
+        "FOR EACH STATEMENT EXECUTE FUNCTION count_writes(); UPDATE orders SET amount = amount + 1 WHERE id = 1",
+    )
+    with pytest.raises(
+        TriggerNameTaken, match=r"model totals: stream table .*totals.* __ivm_guard ON totals.*rename"
+    ):
+        refresh(pg_conn, "totals", TOTALS, refresh_mode="differential")
+    owner = value(
+        pg_conn,
+        "SELECT p.proname FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid "
+        "WHERE t.tgrelid = 'totals'::regclass AND t.tgname = '__ivm_guard'",
+    )
+    assert owner == "count_writes"
+    execute(pg_conn, 'ALTER TRIGGER "__ivm_guard" ON totals RENAME TO count_writes')
+    result = refresh_and_check(pg_conn, "totals", TOTALS, "renamed", refresh_mode="differential")
+    assert result.action == "FULL" and result.reason == outside_writes.UNGUARDED, result.summary()
+    assert value(pg_conn, "SELECT count(*) > 0 FROM fired"), "the user's trigger runs on the refresh's writes"
 
 
 def test_stream_tables_over_stream_tables_are_not_taken_for_outside_writers(pg_conn: Any) -> None:

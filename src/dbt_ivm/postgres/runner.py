@@ -407,7 +407,7 @@ class PostgresBackend:
                         if reason is not None:
                             taken = capture.taken_trigger_names(db, spec.catalog_schema, source)
                             if taken:
-                                raise TriggerNameTaken(spec.model, source.qualified, taken)
+                                raise TriggerNameTaken(spec.model, f"source {source.qualified}", taken)
                             capture.repair(db, spec.catalog_schema, source, reason)
         return compiled
 
@@ -427,7 +427,7 @@ class PostgresBackend:
             rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
             # Before the table is visible: default privileges must not expose its hidden columns.
             restrict_to_user_columns(db, relation, layout.user)
-            outside_writes.guard(db, spec.catalog_schema, _key(spec), relation)
+            outside_writes.guard(db, spec.catalog_schema, _key(spec), relation, spec.model)
             registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
             procedure.install(
                 db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.pinned_settings(db)
@@ -465,7 +465,7 @@ class PostgresBackend:
             layout, contents = _contents(compiled, sql)
             rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
             restrict_to_user_columns(db, relation, layout.user)
-            outside_writes.guard(db, spec.catalog_schema, _key(spec), relation)
+            outside_writes.guard(db, spec.catalog_schema, _key(spec), relation, spec.model)
             registry.save(db, spec.catalog_schema, _registration(spec, sql, compiled))
             result = RefreshResult(
                 action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
@@ -538,7 +538,7 @@ class PostgresBackend:
         guarded, written = outside_writes.mark(db, spec.catalog_schema, _key(spec), _relation(spec))
         if guarded:
             return written
-        outside_writes.guard(db, spec.catalog_schema, _key(spec), _relation(spec))
+        outside_writes.guard(db, spec.catalog_schema, _key(spec), _relation(spec), spec.model)
         lost = (self._functions_version or 0) >= outside_writes.GUARDED_SINCE
         return outside_writes.UNGUARDED if lost else written  # else built before guards existed
 
