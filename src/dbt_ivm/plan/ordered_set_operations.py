@@ -16,14 +16,14 @@ from __future__ import annotations
 from sqlglot import exp
 
 DERIVED_ALIAS = "__ivm_set"
-FIRST_ROWS = ("order", "limit", "offset")
+ROW_LIMITS = ("limit", "offset")
 
 
 def ordered_set_operation_as_select(tree: exp.Expr) -> exp.Expr:
     """`tree` as a SELECT over its set operation when it is a set operation with a LIMIT or OFFSET
     ordered by its output columns; else `tree` as it is (ORDER BY alone on a table changes nothing,
     and anything else is refused by name later)."""
-    if not isinstance(tree, exp.SetOperation) or not (tree.args.get("limit") or tree.args.get("offset")):
+    if not isinstance(tree, exp.SetOperation) or not any(tree.args.get(c) for c in ROW_LIMITS):
         return tree
     names = [s.alias_or_name for s in tree.selects]
     order = tree.args.get("order")
@@ -31,7 +31,7 @@ def ordered_set_operation_as_select(tree: exp.Expr) -> exp.Expr:
     if len(set(names)) != len(names) or not all(_is_output(k, names) for k in keys):
         return tree
     rows = tree.copy()
-    for clause in FIRST_ROWS:
+    for clause in ("order", *ROW_LIMITS):
         rows.set(clause, None)
     derived = exp.Subquery(
         this=rows, alias=exp.TableAlias(this=exp.to_identifier(DERIVED_ALIAS, quoted=True))
@@ -44,7 +44,7 @@ def ordered_set_operation_as_select(tree: exp.Expr) -> exp.Expr:
         for term in ordered.expressions:
             term.set("this", exp.column(term.this.name, DERIVED_ALIAS, quoted=True))
         select.set("order", ordered)
-    for clause in ("limit", "offset"):
+    for clause in ROW_LIMITS:
         if tree.args.get(clause):
             select.set(clause, tree.args[clause].copy())
     return select

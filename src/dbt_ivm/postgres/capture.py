@@ -42,6 +42,7 @@ from typing import Any
 
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.postgres.trigger_names import foreign_triggers
 from dbt_ivm.quoting import dollar_quoted
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
@@ -310,18 +311,13 @@ def _triggers_complete(db: Db, catalog: str, table: TableInfo) -> bool:
 def taken_trigger_names(db: Db, catalog: str, table: TableInfo) -> list[str]:
     """Triggers in the source's tree that carry a capture trigger's name but are not capture's own:
     install's CREATE OR REPLACE TRIGGER would silently replace them."""
-    rows = db.rows(
-        TREE_SQL + "SELECT pg_catalog.format('%%I ON %%s', t.tgname, t.tgrelid::regclass) "
-        "FROM pg_catalog.pg_trigger t JOIN tree ON t.tgrelid = tree.relid "
-        "WHERE t.tgname = ANY(%(names)s) AND t.tgfoid IS DISTINCT FROM pg_catalog.to_regprocedure(%(function)s) "
-        "ORDER BY 1",
-        {
-            "source": table.identity,
-            "names": [TRIGGER_PREFIX + suffix for suffix in EVENTS],
-            "function": _function_signature(catalog, table),
-        },
+    return foreign_triggers(
+        db,
+        TREE_SQL + "SELECT relid FROM tree",
+        {"source": table.identity},
+        [TRIGGER_PREFIX + suffix for suffix in EVENTS],
+        _function_signature(catalog, table),
     )
-    return [str(r[0]) for r in rows]
 
 
 def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dbt_ivm.errors import TriggerNameTaken
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.postgres.trigger_names import foreign_triggers
 from dbt_ivm.quoting import dollar_quoted, lit, q, qn
 
 TABLE = "outside_writes"
@@ -85,14 +86,15 @@ def create(db: Db, catalog: str) -> None:
 def guard(db: Db, catalog: str, stream_table: str, relation: str, model: str) -> None:
     """Put the guard trigger on the stream table `relation` (registered as `stream_table`); a trigger
     of the user's own under its name is refused by name, never replaced."""
-    taken = db.value(
-        "SELECT pg_catalog.format('%%I ON %%s', t.tgname, t.tgrelid::pg_catalog.regclass) "
-        "FROM pg_catalog.pg_trigger AS t WHERE t.tgrelid = pg_catalog.to_regclass(%s) AND t.tgname = %s "
-        "AND t.tgfoid IS DISTINCT FROM pg_catalog.to_regprocedure(%s)",
-        (relation, TRIGGER, f"{qn(catalog, FUNCTION)}()"),
+    taken = foreign_triggers(
+        db,
+        "SELECT pg_catalog.to_regclass(%(relation)s)",
+        {"relation": relation},
+        [TRIGGER],
+        f"{qn(catalog, FUNCTION)}()",
     )
-    if taken is not None:
-        raise TriggerNameTaken(model, f"stream table {relation}", [str(taken)])
+    if taken:
+        raise TriggerNameTaken(model, f"stream table {relation}", taken)
     db.execute(
         f"CREATE OR REPLACE TRIGGER {q(TRIGGER)} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {relation} "
         f"FOR EACH STATEMENT EXECUTE FUNCTION {qn(catalog, FUNCTION)}({lit(stream_table)})"
