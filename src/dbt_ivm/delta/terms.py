@@ -3,9 +3,10 @@
 A term is ``sign · factors · (R1 × R2 × …) WHERE predicates`` where each Ri is an item read as its
 change set (``delta``: rows with ``__ivm_weight`` ±1), its current contents (``current``: weight 1),
 its contents before the batch (``before``: weight 1; only where the backend can read an earlier
-state, see `Bindings.before`), or as an absent partner (``null``: one row of NULLs, the padding of an
-outer join). A row's weight is
-the sign times the delta weights times the factors (Z-set multiplication). Every delta rule takes and
+state, see `Bindings.before`), its contents before the batch as a Z-set where it cannot (``undone``:
+its rows now at weight +1 and its changes with their weights negated, in one relation), or as an
+absent partner (``null``: one row of NULLs, the padding of an outer join). A row's weight is the
+sign times the delta and undone weights times the factors (Z-set multiplication). Every delta rule takes and
 returns lists of terms, so rules compose by nesting; `term_select` renders one term as a sqlglot
 SELECT.
 
@@ -30,9 +31,11 @@ from sqlglot import exp
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta import sideways
 from dbt_ivm.plan.nodes import Aggregate, Derived, Item, scans_in
+from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT
 
-Mode = Literal["current", "delta", "before", "null"]
+Mode = Literal["current", "delta", "before", "undone", "null"]
+WEIGHTED = ("delta", "undone")  # reads whose rows carry a weight column
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,9 @@ class Context:
     # many terms read one, and building its SQL for each was most of a refresh's Python time. The
     # bindings rendered against are kept with it (alive, so their id cannot be reused).
     rendered: dict[tuple[int, str, str, bool], tuple[Bindings, exp.Expr]] = field(default_factory=dict)
+    # Per source (qualified name), the columns the plan reads (`plan.reads.columns_read`): what an
+    # `undone` read carries of a table's rows now and of its changes.
+    read_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def item_changed(self, item: Item) -> bool:
         return any(self.bindings.changed(s.table) for s in scans_in(item))
@@ -187,7 +193,7 @@ class Term:
 
     def weight(self) -> exp.Expr:
         factors: list[exp.Expr] = [
-            exp.column(WEIGHT, r.item.alias, quoted=True) for r in self.reads if r.mode == "delta"
+            exp.column(WEIGHT, r.item.alias, quoted=True) for r in self.reads if r.mode in WEIGHTED
         ]
         factors += [exp.paren(f.copy(), copy=False) for f in self.factors]
         product: exp.Expr = factors[0] if factors else exp.Literal.number(1)
@@ -199,17 +205,26 @@ class Term:
 @dataclass(frozen=True)
 class Side:
     """One input of a join over the batch: its change, its rows after the batch and, where the
-    backend can read them, before it; and the items it reads (an outer join pads them with NULLs)."""
+    backend can read them, before it; and the items it reads (an outer join pads them with NULLs).
+    `undone`: its rows before the batch as a Z-set, its items read `undone`, where the backend cannot
+    read them (`relation.undone`; None: it can)."""
 
     delta: list[Term]
     after: list[Term]
     before: list[Term] | None
     items: tuple[Item, ...]
+    undone: list[Term] | None = None
 
     @property
     def before_terms(self) -> list[Term]:
-        """Its rows before the batch: read as such, or as after − delta (a Z-set difference)."""
-        return self.before if self.before is not None else self.after + [t.negated() for t in self.delta]
+        """Its rows before the batch, for a rule linear in them: read as such, with its items undone,
+        or as after − delta (a Z-set difference of as many terms as delta has, plus one: down a
+        chain of joins they double with every changed input)."""
+        if self.before is not None:
+            return self.before
+        if self.undone is not None:
+            return self.undone
+        return self.after + [t.negated() for t in self.delta]
 
 
 def aliased(relation: exp.Expr, alias: str) -> exp.Expr:
@@ -225,6 +240,8 @@ def read_relation(read: Read, ctx: Context, term: Term | None = None) -> exp.Exp
     groups `term` can join, `sideways`)."""
     item = read.item
     mode: Mode = "current" if read.mode == "null" else read.mode
+    if mode == "undone":
+        return aliased(_undone(read, ctx, term), item.alias)
     if isinstance(item, Derived) and term is not None and read.mode != "null":
         relation = _derived(item, mode, ctx, _reachable(term, read, ctx), True)
     else:
@@ -241,6 +258,8 @@ def _relation(read: Read, ctx: Context) -> exp.Expr:
     mode: Mode = "current" if read.mode == "null" else read.mode
     if isinstance(item, Computed):
         return item.query
+    if mode == "undone":  # a link of a path to a grouped item's keys (`sideways`): rows before and now
+        return _undone(read, ctx, None)
     if isinstance(item, Derived):  # a NULL partner's columns: computing it ahead would be wasted
         return _derived(item, mode, ctx, None, False)
     name = item.table.qualified
@@ -249,6 +268,31 @@ def _relation(read: Read, ctx: Context) -> exp.Expr:
     if mode == "before" and ctx.bindings.before is not None and name in ctx.bindings.before:
         return ctx.bindings.before[name].copy()
     return ctx.bindings.current[name].copy()
+
+
+def _undone(read: Read, ctx: Context, term: Term | None) -> exp.Query:
+    """An item's rows before the batch as a Z-set: its rows now at weight +1 and its changes with
+    their weights negated (a row the batch deleted: +1; one it inserted: +1 − 1). Exact wherever the
+    rows are only joined, filtered and projected before their weights are summed."""
+    item = read.item
+    assert not isinstance(item, Computed)
+    if isinstance(item, Derived):
+        names: Sequence[str] = item.plan.names
+    else:
+        names = internal_columns(item.table, ctx.read_columns.get(item.table.qualified))
+    now = read_relation(Read(item, "current"), ctx, term)
+    change = read_relation(Read(item, "delta"), ctx, term)
+    columns = [exp.column(name, item.alias, quoted=True) for name in names]
+    # One type for both weights, `int` as a literal 1 is: PostgreSQL flattens a UNION ALL into the
+    # join (and probes each branch by index) only where its branches' column types agree, and a
+    # wider weight would widen the sums over it (a count in `numeric` hashes unlike the stored one).
+    one = exp.cast(exp.Literal.number(1), exp.DataType.Type.INT)
+    negated = exp.cast(exp.Neg(this=exp.column(WEIGHT, item.alias, quoted=True)), exp.DataType.Type.INT)
+    return exp.union(
+        exp.select(*columns, exp.alias_(one, WEIGHT, quoted=True)).from_(now),
+        exp.select(*[c.copy() for c in columns], exp.alias_(negated, WEIGHT, quoted=True)).from_(change),
+        distinct=False,
+    )
 
 
 def _reachable(term: Term, read: Read, ctx: Context) -> exp.Exists | None:

@@ -31,5 +31,10 @@ def before_item(item: Item, ctx: Context) -> list[Term]:
     return [Term((Read(item, "before"),))] if ctx.item_changed(item) else after_item(item)
 
 
+def undone_item(item: Item, ctx: Context) -> list[Term]:
+    """Its rows before the batch as a Z-set (`terms._undone`; an unchanged item: its rows)."""
+    return [Term((Read(item, "undone"),))] if ctx.item_changed(item) else after_item(item)
+
+
 def delta_item(item: Item, ctx: Context) -> list[Term]:
     return [Term((Read(item, "delta"),))] if ctx.item_changed(item) else []
