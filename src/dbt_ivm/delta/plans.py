@@ -23,18 +23,14 @@ from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.setop import delta_setop, setop_contents
 from dbt_ivm.delta.terms import Context, Mode, aliased, term_select, union_all
 from dbt_ivm.plan.nodes import Aggregate, Derived, Filter, Plan, Project, Rows, SetOp, TopK, UnionAll, Window
-from dbt_ivm.plan.reads import columns_read
 from dbt_ivm.sqltext import WEIGHT
 
 INPUT, NOW, CHANGED, BEFORE = "__ivm_in", "__ivm_now", "__ivm_chg", "__ivm_before"
 
 
-def context(ctx: Context, root: Plan | None = None) -> Context:
-    """`ctx` able to render derived items through this module (and knowing the columns `root`, the
-    whole query's plan, reads of each source)."""
+def context(ctx: Context) -> Context:
+    """`ctx` able to render derived items through this module."""
     ctx.render_derived = _render_derived
-    if root is not None and not ctx.read_columns:
-        ctx.read_columns = columns_read(root)
     return ctx
 
 

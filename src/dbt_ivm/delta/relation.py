@@ -2,18 +2,19 @@
 (its rows before the batch, where the backend can read earlier states) and `delta` (its change over
 the batch), by dispatching each operator to its rule in `rules/`.
 
-Four tables joined, all changed in one batch, with no earlier state to read (PostgreSQL): one term
-per changed table, each later table read `undone` (2⁴ − 1 = 15 terms, expanded as after − delta):
+A subquery in FROM changed by the batch, joined after a changed table, with no earlier state to
+read (PostgreSQL): the subquery read `undone`, one relation, where expanding it as its rows now
+minus its change would add a term for every term of the table's change:
 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.delta.terms import Bindings, Context
 >>> from dbt_ivm.plan import build_plan
->>> tables = [TableInfo("public", n, (Column("x", "int"),)) for n in "abcd"]
->>> plan = build_plan("SELECT a.x FROM a JOIN b ON a.x = b.x JOIN c ON b.x = c.x JOIN d ON c.x = d.x",
+>>> tables = [TableInfo("public", n, (Column("x", "int"),)) for n in "ab"]
+>>> plan = build_plan("SELECT a.x, s.n FROM a JOIN (SELECT b.x, count(*) AS n FROM b GROUP BY b.x) AS s ON s.x = a.x",
 ...                   StaticCatalog(tables), "m")
 >>> ctx = Context(Bindings.named({t.qualified: t.name for t in tables}, {t.qualified: "d_" + t.name for t in tables}))
 >>> [[r.mode for r in t.reads] for t in delta(plan.input, ctx)]
-[['delta', 'undone', 'undone', 'undone'], ['current', 'delta', 'undone', 'undone'], ['current', 'current', 'delta', 'undone'], ['current', 'current', 'current', 'delta']]
+[['delta', 'undone'], ['current', 'delta']]
 """
 
 from __future__ import annotations
@@ -41,31 +42,36 @@ def before(relation: Relation, ctx: Context) -> list[Term] | None:
 
 
 def undone(relation: Relation, ctx: Context) -> list[Term] | None:
-    """Its rows before the batch as a Z-set, where the backend cannot read them: every changed item
-    read `undone`, and a partner found by a positive sum of weights, not by its presence (None: the
-    backend reads them, `before`)."""
-    if ctx.bindings.before is not None:
+    """Its rows before the batch as a Z-set, where the backend cannot read them and the relation is
+    items under filters and inner joins: each changed subquery read `undone` (one relation), each
+    changed table as its rows now minus its changes (None: the backend reads them, `before`; or an
+    outer or existence join, whose rows before are not a product of its inputs' Z-sets)."""
+    if ctx.bindings.before is not None or not _linear(relation):
         return None
-    return _state(relation, ctx, lambda item: undone_item(item, ctx), counted=True)
+    return _state(relation, ctx, lambda item: undone_item(item, ctx))
 
 
-def _state(
-    relation: Relation, ctx: Context, leaf: Callable[[Item], list[Term]], counted: bool = False
-) -> list[Term]:
-    """The relation's rows with every item read by `leaf` (its state after, or before, the batch;
-    `counted`: rows with weights)."""
+def _linear(relation: Relation) -> bool:
+    if isinstance(relation, Scan | Derived):
+        return True
+    if isinstance(relation, Filter):
+        return _linear(relation.input)
+    return relation.kind == "inner" and _linear(relation.left) and _linear(relation.right)
+
+
+def _state(relation: Relation, ctx: Context, leaf: Callable[[Item], list[Term]]) -> list[Term]:
+    """The relation's rows with every item read by `leaf` (its state after, or before, the batch)."""
     if isinstance(relation, Scan | Derived):
         return leaf(relation)
     if isinstance(relation, Filter):
-        return filtered(_state(relation.input, ctx, leaf, counted), relation.predicate)
-    left, right = _state(relation.left, ctx, leaf, counted), _state(relation.right, ctx, leaf, counted)
+        return filtered(_state(relation.input, ctx, leaf), relation.predicate)
+    left, right = _state(relation.left, ctx, leaf), _state(relation.right, ctx, leaf)
     if relation.kind == "inner":
         return after_inner_join(left, right, relation.condition)
     if relation.kind in ("semi", "anti"):
-        return after_existence(relation.kind, left, right, relation.condition, ctx, counted)
-    left_items, right_items = items_of(relation.left), items_of(relation.right)
+        return after_existence(relation.kind, left, right, relation.condition, ctx)
     return after_outer_join(
-        relation.kind, left, left_items, right, right_items, relation.condition, ctx, counted
+        relation.kind, left, items_of(relation.left), right, items_of(relation.right), relation.condition, ctx
     )
 
 

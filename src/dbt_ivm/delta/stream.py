@@ -95,7 +95,7 @@ def row_delta(
     """The stream table's row delta for this batch (layout columns + weight), or None when no source
     changed. An aggregate's delta reads its groups' stored state from `stream_table`, matched on the
     key as `target` stores it."""
-    plans.context(ctx, plan)
+    plans.context(ctx)
     stored_partitions = window.stored_partitions(plan)
     if stored_partitions is not None and isinstance(plan, Project):
         columns = _outputs(plan) + _key_projections(plan)
@@ -242,7 +242,7 @@ def group_change(
     """The batch as a change per group, for an aggregate that keeps its state (None: any other plan,
     or no source changed). Counts it keeps nowhere are recounted for the groups in doubt, whose stored
     rows `stream_table` holds (`recount`)."""
-    plans.context(ctx, plan)
+    plans.context(ctx)
     if layout.kind != "aggregate" or not isinstance(plan, Aggregate) or plan.recomputed:
         return None
     changes = grouping.input_rows(plan, "delta", ctx)

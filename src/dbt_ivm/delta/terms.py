@@ -3,8 +3,8 @@
 A term is ``sign · factors · (R1 × R2 × …) WHERE predicates`` where each Ri is an item read as its
 change set (``delta``: rows with ``__ivm_weight`` ±1), its current contents (``current``: weight 1),
 its contents before the batch (``before``: weight 1; only where the backend can read an earlier
-state, see `Bindings.before`), its contents before the batch as a Z-set where it cannot (``undone``:
-its rows now at weight +1 and its changes with their weights negated, in one relation), or as an
+state, see `Bindings.before`), a subquery's contents before the batch as a Z-set where it cannot
+(``undone``: its rows now at weight +1 and its change with the weights negated, in one relation), or as an
 absent partner (``null``: one row of NULLs, the padding of an outer join). A row's weight is the
 sign times the delta and undone weights times the factors (Z-set multiplication). Every delta rule takes and
 returns lists of terms, so rules compose by nesting; `term_select` renders one term as a sqlglot
@@ -31,7 +31,6 @@ from sqlglot import exp
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta import sideways
 from dbt_ivm.plan.nodes import Aggregate, Derived, Item, scans_in
-from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT
 
 Mode = Literal["current", "delta", "before", "undone", "null"]
@@ -102,9 +101,6 @@ class Context:
     # many terms read one, and building its SQL for each was most of a refresh's Python time. The
     # bindings rendered against are kept with it (alive, so their id cannot be reused).
     rendered: dict[tuple[int, str, str, bool], tuple[Bindings, exp.Expr]] = field(default_factory=dict)
-    # Per source (qualified name), the columns the plan reads (`plan.reads.columns_read`): what an
-    # `undone` read carries of a table's rows now and of its changes.
-    read_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def item_changed(self, item: Item) -> bool:
         return any(self.bindings.changed(s.table) for s in scans_in(item))
@@ -206,8 +202,8 @@ class Term:
 class Side:
     """One input of a join over the batch: its change, its rows after the batch and, where the
     backend can read them, before it; and the items it reads (an outer join pads them with NULLs).
-    `undone`: its rows before the batch as a Z-set, its items read `undone`, where the backend cannot
-    read them (`relation.undone`; None: it can)."""
+    `undone`: its rows before the batch as a Z-set where the backend cannot read them and the input
+    is items under filters and inner joins (`relation.undone`; None: otherwise)."""
 
     delta: list[Term]
     after: list[Term]
@@ -217,9 +213,9 @@ class Side:
 
     @property
     def before_terms(self) -> list[Term]:
-        """Its rows before the batch, for a rule linear in them: read as such, with its items undone,
-        or as after − delta (a Z-set difference of as many terms as delta has, plus one: down a
-        chain of joins they double with every changed input)."""
+        """Its rows before the batch, for a rule linear in them: read as such, undone, or as
+        after − delta (a Z-set difference of as many terms as delta has, plus one: down a chain of
+        joins they double with every changed input)."""
         if self.before is not None:
             return self.before
         if self.undone is not None:
@@ -258,7 +254,7 @@ def _relation(read: Read, ctx: Context) -> exp.Expr:
     mode: Mode = "current" if read.mode == "null" else read.mode
     if isinstance(item, Computed):
         return item.query
-    if mode == "undone":  # a link of a path to a grouped item's keys (`sideways`): rows before and now
+    if mode == "undone":
         return _undone(read, ctx, None)
     if isinstance(item, Derived):  # a NULL partner's columns: computing it ahead would be wasted
         return _derived(item, mode, ctx, None, False)
@@ -271,21 +267,16 @@ def _relation(read: Read, ctx: Context) -> exp.Expr:
 
 
 def _undone(read: Read, ctx: Context, term: Term | None) -> exp.Query:
-    """An item's rows before the batch as a Z-set: its rows now at weight +1 and its changes with
-    their weights negated (a row the batch deleted: +1; one it inserted: +1 − 1). Exact wherever the
-    rows are only joined, filtered and projected before their weights are summed."""
+    """A changed subquery's rows before the batch as a Z-set: its rows now at weight +1 and its
+    change with the weights negated (a row the batch deleted: +1; one it inserted: +1 − 1). Exact
+    wherever the rows are only joined, filtered and projected before their weights are summed."""
     item = read.item
-    assert not isinstance(item, Computed)
-    if isinstance(item, Derived):
-        names: Sequence[str] = item.plan.names
-    else:
-        names = internal_columns(item.table, ctx.read_columns.get(item.table.qualified))
+    assert isinstance(item, Derived)
     now = read_relation(Read(item, "current"), ctx, term)
     change = read_relation(Read(item, "delta"), ctx, term)
-    columns = [exp.column(name, item.alias, quoted=True) for name in names]
-    # One type for both weights, `int` as a literal 1 is: PostgreSQL flattens a UNION ALL into the
-    # join (and probes each branch by index) only where its branches' column types agree, and a
-    # wider weight would widen the sums over it (a count in `numeric` hashes unlike the stored one).
+    columns = [exp.column(name, item.alias, quoted=True) for name in item.plan.names]
+    # One type for both weights, `int` as a literal 1 is: a wider weight would widen the sums over
+    # it (a count in `numeric` hashes unlike the stored `bigint` one).
     one = exp.cast(exp.Literal.number(1), exp.DataType.Type.INT)
     negated = exp.cast(exp.Neg(this=exp.column(WEIGHT, item.alias, quoted=True)), exp.DataType.Type.INT)
     return exp.union(

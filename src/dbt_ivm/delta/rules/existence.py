@@ -72,22 +72,11 @@ def _indicator(condition: exp.Expr) -> exp.Expr:
 
 
 def after_existence(
-    kind: str,
-    left_after: list[Term],
-    right_after: list[Term],
-    condition: exp.Expr | None,
-    ctx: Context,
-    counted: bool = False,
+    kind: str, left_after: list[Term], right_after: list[Term], condition: exp.Expr | None, ctx: Context
 ) -> list[Term]:
-    """The rows of `left_after` with (semi) or without (anti) a partner in `right_after`; where the
-    rows are `counted` (weighted, as `undone` reads are), a partner is a positive sum of weights."""
     kept: list[Term] = []
     for term in left_after:  # each its own probe: its changes narrow what the probe reads
-        if counted:
-            partners = weight_sum(right_after, condition, ctx, term)
-            found: exp.Expr = exp.GT(this=partners, expression=exp.Literal.number(0))
-        else:
-            found = exists(right_after, condition, ctx, term)
+        found = exists(right_after, condition, ctx, term)
         kept.append(term.where(found if kind == "semi" else exp.not_(found)))
     return kept
 

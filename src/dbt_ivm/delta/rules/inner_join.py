@@ -6,16 +6,17 @@
 both correct when both sides change in one batch. Down a left-deep chain of n joins the first form
 telescopes: one term per changed input, ``A' ⋈ … ⋈ ΔAᵢ ⋈ Aᵢ₊₁ ⋈ … ⋈ Aₙ`` (later inputs as they
 were). The second is the inclusion–exclusion sum, up to 2ᵏ − 1 terms for k changed inputs, which a
-planner like Catalyst pays for in every term. Where R cannot be read as it was (PostgreSQL), each
-changed item of R is read `undone`: its rows now at weight +1 and its changes negated in one
-relation, a Z-set equal to its rows before the batch; R over those (`relation.undone`) is R before,
-and the first form holds (a decorrelated IN as a value joins seven items: its refresh function
-shrank from 2.3 MB to 0.25 MB). The second form remains for a `Side` built without it. An
-unchanged side contributes no term.
+planner like Catalyst pays for in every term. Where R cannot be read as it was (PostgreSQL), a
+changed subquery in R is read `undone`: its rows now at weight +1 and its change negated in one
+relation, a Z-set equal to its rows before the batch (`relation.undone`), so it adds one term, not
+one per term of ΔL; a changed table keeps R' − ΔR, the terms PostgreSQL plans well (read undone,
+TPC-H Q21's refresh took 151 s instead of 7). A value IN (subquery) is planned as three subqueries
+(`plan/in_values.py`): two in one query made a 2.3 MB refresh function. An unchanged side
+contributes no term.
 
 >>> from dbt_ivm.catalog import TableInfo
 >>> from dbt_ivm.delta.terms import Bindings, Context, Side
->>> from dbt_ivm.delta.rules.item import after_item, before_item, delta_item, undone_item
+>>> from dbt_ivm.delta.rules.item import after_item, before_item, delta_item
 >>> from dbt_ivm.plan.nodes import Scan
 >>> o, c = Scan(0, "o", TableInfo("public", "orders", ())), Scan(1, "c", TableInfo("public", "customers", ()))
 >>> ctx = Context(Bindings.named({}, {"public.orders": "do", "public.customers": "dc"}))
@@ -26,9 +27,6 @@ unchanged side contributes no term.
 >>> sides = [Side(delta_item(s, ctx), after_item(s), before_item(s, ctx), (s,)) for s in (o, c)]
 >>> [(t.sign, [r.mode for r in t.reads]) for t in delta_inner_join(*sides, None)]
 [(1, ['delta', 'before']), (1, ['current', 'delta'])]
->>> sides = [Side(delta_item(s, ctx), after_item(s), None, (s,), undone_item(s, ctx)) for s in (o, c)]
->>> [(t.sign, [r.mode for r in t.reads]) for t in delta_inner_join(*sides, None)]
-[(1, ['delta', 'undone']), (1, ['current', 'delta'])]
 """
 
 from __future__ import annotations

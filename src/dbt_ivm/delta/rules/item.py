@@ -19,7 +19,7 @@ item can also be read as it was (`before_item`); a derived item is then its plan
 from __future__ import annotations
 
 from dbt_ivm.delta.terms import Context, Read, Term
-from dbt_ivm.plan.nodes import Item
+from dbt_ivm.plan.nodes import Derived, Item
 
 
 def after_item(item: Item) -> list[Term]:
@@ -32,8 +32,14 @@ def before_item(item: Item, ctx: Context) -> list[Term]:
 
 
 def undone_item(item: Item, ctx: Context) -> list[Term]:
-    """Its rows before the batch as a Z-set (`terms._undone`; an unchanged item: its rows)."""
-    return [Term((Read(item, "undone"),))] if ctx.item_changed(item) else after_item(item)
+    """Its rows before the batch as a Z-set where the backend cannot read them: a changed subquery
+    read `undone` (`terms._undone`), a changed table as its rows now minus its changes (PostgreSQL
+    plans those two terms as it always has), an unchanged item as its rows."""
+    if not ctx.item_changed(item):
+        return after_item(item)
+    if isinstance(item, Derived):
+        return [Term((Read(item, "undone"),))]
+    return after_item(item) + [t.negated() for t in delta_item(item, ctx)]
 
 
 def delta_item(item: Item, ctx: Context) -> list[Term]:

@@ -47,16 +47,12 @@ def after_outer_join(
     right_items: Sequence[Item],
     condition: exp.Expr | None,
     ctx: Context,
-    counted: bool = False,
 ) -> list[Term]:
-    """The join's rows from its inputs' (`counted`: weighted, see `after_existence`)."""
     terms = after_inner_join(left_after, right_after, condition)
     if kind in ("left", "full"):
-        unmatched = after_existence("anti", left_after, right_after, condition, ctx, counted)
-        terms += _padded(unmatched, right_items)
+        terms += _padded(after_existence("anti", left_after, right_after, condition, ctx), right_items)
     if kind in ("right", "full"):
-        unmatched = after_existence("anti", right_after, left_after, condition, ctx, counted)
-        terms += _padded(unmatched, left_items)
+        terms += _padded(after_existence("anti", right_after, left_after, condition, ctx), left_items)
     return terms
 
 
