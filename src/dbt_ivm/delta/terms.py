@@ -3,12 +3,12 @@
 A term is ``sign · factors · (R1 × R2 × …) WHERE predicates`` where each Ri is an item read as its
 change set (``delta``: rows with ``__ivm_weight`` ±1), its current contents (``current``: weight 1),
 its contents before the batch (``before``: weight 1; only where the backend can read an earlier
-state, see `Bindings.before`), a subquery's contents before the batch as a Z-set where it cannot
-(``undone``: its rows now at weight +1 and its change with the weights negated, in one relation), or as an
-absent partner (``null``: one row of NULLs, the padding of an outer join). A row's weight is the
-sign times the delta and undone weights times the factors (Z-set multiplication). Every delta rule takes and
-returns lists of terms, so rules compose by nesting; `term_select` renders one term as a sqlglot
-SELECT.
+state, see `Bindings.before`), a subquery's contents before the batch as a Z-set where it
+cannot (``undone``: its rows now at weight +1 and its change with the weights negated, in one
+relation), or as an absent partner (``null``: one row of NULLs, the padding of an outer join). A
+row's weight is the sign times the delta and undone weights times the factors (Z-set
+multiplication). Every delta rule takes and returns lists of terms, so rules compose by nesting;
+`term_select` renders one term as a sqlglot SELECT.
 
 >>> from dbt_ivm.catalog import TableInfo
 >>> from dbt_ivm.plan.nodes import Scan
@@ -254,7 +254,7 @@ def _relation(read: Read, ctx: Context) -> exp.Expr:
     mode: Mode = "current" if read.mode == "null" else read.mode
     if isinstance(item, Computed):
         return item.query
-    if mode == "undone":
+    if mode == "undone":  # never a state of its own (`_derived` would render it as current)
         return _undone(read, ctx, None)
     if isinstance(item, Derived):  # a NULL partner's columns: computing it ahead would be wasted
         return _derived(item, mode, ctx, None, False)
@@ -275,8 +275,9 @@ def _undone(read: Read, ctx: Context, term: Term | None) -> exp.Query:
     now = read_relation(Read(item, "current"), ctx, term)
     change = read_relation(Read(item, "delta"), ctx, term)
     columns = [exp.column(name, item.alias, quoted=True) for name in item.plan.names]
-    # One type for both weights, `int` as a literal 1 is: a wider weight would widen the sums over
-    # it (a count in `numeric` hashes unlike the stored `bigint` one).
+    # Both weights `int`, a literal 1's type: a wider one widens the sums over it (a count in
+    # `numeric` hashes unlike the stored `bigint`), and unequal types keep PostgreSQL from
+    # flattening the union into the join.
     one = exp.cast(exp.Literal.number(1), exp.DataType.Type.INT)
     negated = exp.cast(exp.Neg(this=exp.column(WEIGHT, item.alias, quoted=True)), exp.DataType.Type.INT)
     return exp.union(
