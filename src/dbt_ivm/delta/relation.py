@@ -45,8 +45,11 @@ def undone(relation: Relation, ctx: Context) -> list[Term] | None:
     """Its rows before the batch as a Z-set, where the backend cannot read them and the relation is
     items under filters and inner joins: each changed subquery read `undone` (one relation), each
     changed table as its rows now minus its changes (None: the backend reads them, `before`; or an
-    outer or existence join, whose rows before are not a product of its inputs' Z-sets)."""
+    outer or existence join, whose rows before are not a product of its inputs' Z-sets; or no changed
+    subquery, where after − delta is the same terms, without building them on every join level)."""
     if ctx.bindings.before is not None or not _linear(relation):
+        return None
+    if not any(isinstance(i, Derived) and ctx.item_changed(i) for i in items_of(relation)):
         return None
     return _state(relation, ctx, lambda item: undone_item(item, ctx))
 

@@ -280,10 +280,11 @@ def _undone(read: Read, ctx: Context, term: Term | None) -> exp.Query:
     # flattening the union into the join.
     one = exp.cast(exp.Literal.number(1), exp.DataType.Type.INT)
     negated = exp.cast(exp.Neg(this=exp.column(WEIGHT, item.alias, quoted=True)), exp.DataType.Type.INT)
-    return exp.union(
-        exp.select(*columns, exp.alias_(one, WEIGHT, quoted=True)).from_(now),
-        exp.select(*[c.copy() for c in columns], exp.alias_(negated, WEIGHT, quoted=True)).from_(change),
-        distinct=False,
+    return union_all(
+        [
+            exp.select(*columns, exp.alias_(one, WEIGHT, quoted=True)).from_(now),
+            exp.select(*[c.copy() for c in columns], exp.alias_(negated, WEIGHT, quoted=True)).from_(change),
+        ]
     )
 
 
