@@ -9,11 +9,12 @@ from typing import Any
 
 import psycopg2
 import psycopg2.extensions
+import pytest
 
 from dbt_ivm.postgres.runner import run_stream_table
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from tests.oracle import assert_matches_query
-from tests.shapes import Workload, create_statements
+from tests.shapes import ON_EVERY_SERVER_VERSION, Workload, create_statements
 
 SCHEMA = "public"
 CATALOG = "dbt_ivm"
@@ -22,6 +23,14 @@ TWENTY_ORDERS = (
     "CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));"
     "INSERT INTO orders SELECT i, 'c' || (i % 4), i FROM generate_series(1, 20) i;"
 )
+
+
+def shape_parameters(names: list[str]) -> list[Any]:
+    """Shape names as pytest parameters, those of `ON_EVERY_SERVER_VERSION` marked `server_version`:
+    for a test that runs every shape through a mechanism that depends on the server's version (CI
+    reruns those shapes on PostgreSQL 15, every shape on PostgreSQL 18)."""
+    mark = pytest.mark.server_version
+    return [pytest.param(n, marks=mark) if n in ON_EVERY_SERVER_VERSION else n for n in names]
 
 
 def make_spec(name: str, sql: str, **options: Any) -> StreamTableSpec:

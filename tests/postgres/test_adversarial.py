@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from dbt_ivm.postgres.runner import run_stream_table
 from dbt_ivm.spec import StreamTableSpec
+from tests.depth import by_depth
 from tests.postgres.adversarial_cases import (
     CASES,
     STANDARD_SETUP,
@@ -39,7 +40,7 @@ from tests.postgres.adversarial_cases import (
 )
 from tests.postgres.streams import connect, execute, value
 
-pytestmark = [pytest.mark.postgres]
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
@@ -106,7 +107,7 @@ def fuzz_ctx(pg_dsn: str, pg_conn: Any) -> Any:
 
 
 @settings(
-    max_examples=12,
+    max_examples=by_depth(12, 100),
     deadline=None,
     derandomize=True,
     database=None,

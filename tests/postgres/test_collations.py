@@ -14,7 +14,7 @@ import pytest
 
 from tests.postgres.streams import execute, follow_writes
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 SOURCE = (
     "CREATE TABLE people (id int PRIMARY KEY, name text COLLATE ci, word text COLLATE english, amount int);"

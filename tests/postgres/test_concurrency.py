@@ -22,7 +22,7 @@ from dbt_ivm.spec import RefreshResult
 from tests.oracle import assert_matches_query, table_rows
 from tests.postgres.streams import buffer_count, connect, execute, history, refresh, refresh_and_check, value
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 CUSTOMER_TOTALS = (
     "SELECT customer, SUM(amount) AS total, COUNT(*) AS order_count FROM orders GROUP BY customer"

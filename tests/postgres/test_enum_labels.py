@@ -11,7 +11,7 @@ import pytest
 
 from tests.postgres.streams import execute, refresh_and_check, value
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 STREAMS = {
     "moods_shown": "SELECT id, m::text AS mood FROM t",

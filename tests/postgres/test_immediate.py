@@ -24,7 +24,16 @@ import pytest
 
 from dbt_ivm.errors import IvmError
 from tests.oracle import assert_matches_query, differences
-from tests.postgres.streams import SCHEMA, connect, execute, refresh, rows, seeded_shapes, value
+from tests.postgres.streams import (
+    SCHEMA,
+    connect,
+    execute,
+    refresh,
+    rows,
+    seeded_shapes,
+    shape_parameters,
+    value,
+)
 from tests.shapes import streams
 
 pytestmark = pytest.mark.postgres
@@ -56,7 +65,7 @@ def _check_all(conn: Any, streams_: dict[str, str], context: str) -> None:
         assert_matches_query(conn, SCHEMA, name, sql, context)
 
 
-@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize("name", shape_parameters(list(SHAPES)))
 def test_shape_is_maintained_inside_the_writers_transaction(pg_dsn: str, name: str) -> None:
     sql = SHAPES[name]
     rng = random.Random(f"{SEED}:immediate:{name}")
@@ -139,6 +148,7 @@ WRITE_SHAPES = [
 ]
 
 
+@pytest.mark.server_version
 @pytest.mark.parametrize("apply_path", ["merge", "explicit"])
 def test_every_write_shape(pg_conn: Any, apply_path: str) -> None:
     _orders_and_customers(pg_conn, EVERY_SHAPE_STREAMS)
@@ -164,6 +174,7 @@ def test_every_write_shape(pg_conn: Any, apply_path: str) -> None:
         assert seen == every - {"global_totals INSERT", "global_totals DELETE"}, seen
 
 
+@pytest.mark.server_version
 def test_user_triggers_fire_once_per_changed_row(pg_conn: Any) -> None:
     """Like a differential refresh with user triggers: DELETE, UPDATE, INSERT, each only when it
     changes rows, so a row trigger sees each changed row once with its OLD and NEW, and a statement
@@ -232,6 +243,7 @@ def test_user_triggers_fire_once_per_changed_row(pg_conn: Any) -> None:
     )
 
 
+@pytest.mark.server_version
 def test_a_user_trigger_that_writes_a_source_again(pg_conn: Any) -> None:
     """A trigger on the stream table that writes one of its sources runs the maintenance again, nested
     inside the first one's writes: each applies only its own rows."""
@@ -251,6 +263,7 @@ def test_a_user_trigger_that_writes_a_source_again(pg_conn: Any) -> None:
     _check_all(pg_conn, {"customer_totals": CUSTOMER_TOTALS}, "after nested maintenance")
 
 
+@pytest.mark.server_version
 def test_a_rows_table_taken_by_the_writer_falls_back_to_the_merge(pg_conn: Any, pg_dsn: str) -> None:
     """A writer whose session made a table under the explicit path's temp-table name (its name is in
     the function's source, which anyone may read) gets the MERGE: maintained, its row triggers fire."""
@@ -273,6 +286,7 @@ def test_a_rows_table_taken_by_the_writer_falls_back_to_the_merge(pg_conn: Any, 
     assert value(pg_conn, "SELECT needs_full FROM dbt_ivm.stream_tables") is None
 
 
+@pytest.mark.server_version
 def test_user_triggers_on_a_keyless_stream_table(pg_conn: Any) -> None:
     """Rows identified by value (identical copies) are deleted and inserted, never updated."""
     notes = "SELECT amount FROM notes"
@@ -289,6 +303,7 @@ def test_user_triggers_on_a_keyless_stream_table(pg_conn: Any) -> None:
     _check_all(pg_conn, {"keyless": notes}, "after")
 
 
+@pytest.mark.server_version
 def test_user_triggers_off_is_refused_for_immediate(pg_conn: Any) -> None:
     execute(pg_conn, "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric)")
     with pytest.raises(IvmError, match="user_triggers='off' cannot be used with refresh_mode='immediate'"):
@@ -299,6 +314,7 @@ def _lines(lines: list[str]) -> Any:
     return io.StringIO("\n".join(lines) + "\n")
 
 
+@pytest.mark.server_version
 def test_savepoints_and_one_row_changed_many_times(pg_conn: Any) -> None:
     _orders_and_customers(pg_conn)
     before = {name: rows(pg_conn, f"SELECT * FROM {name} ORDER BY 1, 2") for name in STREAMS}
@@ -318,6 +334,7 @@ def test_savepoints_and_one_row_changed_many_times(pg_conn: Any) -> None:
     assert after == before, "a rolled-back transaction left the stream tables changed"
 
 
+@pytest.mark.server_version
 def test_a_trigger_on_one_source_writes_the_other(pg_conn: Any) -> None:
     """The nested statement's changes are kept until the outer statement's last trigger applies both."""
     _orders_and_customers(pg_conn)
@@ -342,6 +359,7 @@ def test_a_trigger_on_one_source_writes_the_other(pg_conn: Any) -> None:
         _check_all(pg_conn, STREAMS, statement)
 
 
+@pytest.mark.server_version
 def test_writer_without_rights_on_the_stream_table(pg_conn: Any, pg_dsn: str) -> None:
     _orders_and_customers(pg_conn)
     execute(
@@ -391,6 +409,7 @@ def _wait_blocked(conn: Any, pid: int) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.server_version
 @pytest.mark.parametrize("first", ["customer", "order"])
 def test_two_transactions_insert_the_two_halves_of_a_join(pg_conn: Any, pg_dsn: str, first: str) -> None:
     _orders_and_customers(pg_conn)
@@ -418,6 +437,7 @@ def test_two_transactions_insert_the_two_halves_of_a_join(pg_conn: Any, pg_dsn: 
     assert value(pg_conn, "SELECT count(*) FROM order_details WHERE id = 999") == 1
 
 
+@pytest.mark.server_version
 def test_repeatable_read_writer_gets_a_serialization_error_never_a_wrong_table(
     pg_conn: Any, pg_dsn: str
 ) -> None:
@@ -451,6 +471,7 @@ def _two_customers_apart(conn: Any) -> tuple[int, int]:
     return first, second
 
 
+@pytest.mark.server_version
 @pytest.mark.parametrize(
     "streams_, apart",
     [
@@ -505,6 +526,7 @@ def test_writers_of_different_groups_go_on_at_once(
 RETRIED = (psycopg2.errors.SerializationFailure, psycopg2.errors.DeadlockDetected)
 
 
+@pytest.mark.server_version
 @pytest.mark.parametrize("isolation", ["READ COMMITTED", "REPEATABLE READ", "mixed"])
 def test_concurrent_random_writers(pg_conn: Any, pg_dsn: str, isolation: str) -> None:
     _orders_and_customers(pg_conn)
@@ -557,6 +579,7 @@ def _random_write(rng: random.Random) -> str:
     )
 
 
+@pytest.mark.server_version
 def test_a_key_that_becomes_nullable_is_caught_at_write_time(pg_conn: Any) -> None:
     """A NOT NULL group key is matched by `=`; once its NOT NULL is dropped, a write with a NULL key is
     written, not maintained, warned about, and the stream table rebuilt by the next dbt run."""
@@ -586,6 +609,7 @@ def test_a_key_that_becomes_nullable_is_caught_at_write_time(pg_conn: Any) -> No
     assert_matches_query(pg_conn, SCHEMA, "customer_totals", CUSTOMER_TOTALS, "maintained with NULL keys")
 
 
+@pytest.mark.server_version
 def test_maintenance_that_fails_never_fails_the_write(pg_conn: Any) -> None:
     _orders_and_customers(pg_conn)
     execute(pg_conn, "ALTER TABLE orders ALTER COLUMN amount TYPE text")
@@ -607,6 +631,7 @@ def test_maintenance_that_fails_never_fails_the_write(pg_conn: Any) -> None:
     _check_all(pg_conn, STREAMS, "maintained again")
 
 
+@pytest.mark.server_version
 def test_switching_modes_rebuilds_and_moves_the_triggers(pg_conn: Any) -> None:
     _orders_and_customers(pg_conn)
     ours = "SELECT count(*) FROM pg_trigger WHERE tgname LIKE '\\_\\_ivm\\_immediate\\_%'"
@@ -629,6 +654,7 @@ def test_switching_modes_rebuilds_and_moves_the_triggers(pg_conn: Any) -> None:
     assert value(pg_conn, ours) == 0
 
 
+@pytest.mark.server_version
 def test_a_dropped_stream_table_stops_being_maintained(pg_conn: Any) -> None:
     _orders_and_customers(pg_conn)
     execute(pg_conn, "DROP TABLE customer_totals")
@@ -665,6 +691,7 @@ def _tag(stream_table: str) -> str:
     return tag_of(stream_table)
 
 
+@pytest.mark.server_version
 def test_disabled_triggers_are_detected_and_rebuilt(pg_conn: Any) -> None:
     _orders_and_customers(pg_conn)
     trigger = f"__ivm_immediate_{_tag('public.order_details')}_ins"
@@ -678,6 +705,7 @@ def test_disabled_triggers_are_detected_and_rebuilt(pg_conn: Any) -> None:
     _check_all(pg_conn, STREAMS, "rebuilt after its trigger was disabled")
 
 
+@pytest.mark.server_version
 def test_maintenance_and_call_run_in_dbts_time_zone(pg_conn: Any, pg_dsn: str) -> None:
     """A timestamptz cast to a date or to text, or truncated to a day, depends on the session's time
     zone. The stream table holds what the query gives in `dbt run`'s session, whatever zone the writer

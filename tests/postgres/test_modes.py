@@ -22,7 +22,7 @@ from tests.postgres.streams import (
     value,
 )
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 CUSTOMER_TOTALS = (
     "SELECT customer, SUM(amount) AS total, COUNT(*) AS order_count FROM orders GROUP BY customer"

@@ -22,7 +22,7 @@ from tests.postgres.streams import (
     value,
 )
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 TOTALS = "SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY customer"
 BIG = "SELECT customer, total FROM totals WHERE total > 40"

@@ -20,7 +20,7 @@ from dbt_ivm.postgres.privileges import restrict_to_user_columns
 from dbt_ivm.sqltext import q, qn
 from tests.postgres.streams import connect, execute, refresh, rows, value
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 ORDERS = """
 CREATE TABLE orders (id int PRIMARY KEY, customer text, amount numeric(10,2));

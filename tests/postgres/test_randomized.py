@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from tests.depth import by_depth
 from tests.postgres.streams import buffer_count, execute, refresh, refresh_and_check, rows
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 SCHEMA_SQL = """
 CREATE TABLE regions (id int PRIMARY KEY, name text);
@@ -273,7 +274,7 @@ def _refresh_all(conn: Any, cycle: int, context: str) -> None:
 
 
 # DBT_IVM_RANDOM_SEEDS=100 runs seeds 1..100 (a long bug hunt); the default keeps the suite quick.
-SEEDS = range(1, int(os.environ.get("DBT_IVM_RANDOM_SEEDS", "4")) + 1)
+SEEDS = range(1, int(os.environ.get("DBT_IVM_RANDOM_SEEDS", by_depth("4", "16"))) + 1)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

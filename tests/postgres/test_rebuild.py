@@ -34,7 +34,7 @@ from tests.shapes import (
     sum_in_doubt_streams,
 )
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 STREAMS = {
     "customer_totals": (

@@ -23,6 +23,7 @@ from tests.postgres.streams import (
     refresh,
     rows,
     seeded_shapes,
+    shape_parameters,
     value,
 )
 from tests.shapes import streams
@@ -67,6 +68,7 @@ def last_history(conn: Any, name: str) -> tuple[Any, ...]:
     )[0]
 
 
+@pytest.mark.server_version
 def test_call_refreshes_differentially_and_in_order(shop: Any) -> None:
     execute(
         shop,
@@ -104,6 +106,7 @@ def test_call_refreshes_differentially_and_in_order(shop: Any) -> None:
     assert_matches_query(shop, "public", "customer_totals", TOTALS, "after dbt-ivm then CALL")
 
 
+@pytest.mark.server_version
 def test_changes_are_analyzed_from_a_sample_and_the_callers_target_kept(shop: Any) -> None:
     # 500 distinct amounts: a histogram of the caller's target would have 58 bounds, the sample's 11.
     execute(
@@ -122,6 +125,7 @@ def test_changes_are_analyzed_from_a_sample_and_the_callers_target_kept(shop: An
     assert_matches_query(shop, "public", "customer_totals", TOTALS, "after 500 inserts")
 
 
+@pytest.mark.server_version
 def test_changes_carry_only_the_columns_the_query_reads(shop: Any) -> None:
     # big_spenders reads customer_totals' customer and total, not its order_count.
     execute(shop, "INSERT INTO orders VALUES (21, 'c1', 500)")
@@ -138,6 +142,7 @@ def test_changes_carry_only_the_columns_the_query_reads(shop: Any) -> None:
     assert_matches_query(shop, "public", "big_spenders", BIG_SPENDERS, "after an insert")
 
 
+@pytest.mark.server_version
 def test_call_recomputes_where_a_refresh_must(shop: Any) -> None:
     # A TRUNCATE cannot list its rows: FULL, and the next call is differential again.
     execute(shop, "TRUNCATE orders; INSERT INTO orders VALUES (1, 'c1', 5), (2, 'c9', 50)")
@@ -156,6 +161,7 @@ def test_call_recomputes_where_a_refresh_must(shop: Any) -> None:
     assert_matches_query(shop, "public", "ranked", RANKED.replace("random() < 2", "true"), "FULL by CALL")
 
 
+@pytest.mark.server_version
 def test_call_refuses_what_it_cannot_follow(shop: Any) -> None:
     # A column added to a source changes what capture records: the call refuses by name until
     # dbt-ivm refresh (or dbt run) plans again; that refresh installs it anew.
@@ -185,6 +191,7 @@ def test_call_refuses_what_it_cannot_follow(shop: Any) -> None:
     assert_matches_query(shop, "public", "customer_totals", TOTALS, "in the caller's transaction")
 
 
+@pytest.mark.server_version
 def test_call_as_a_role_that_may_only_read_and_write(shop: Any, pg_dsn: str) -> None:
     """The call runs with the caller's rights: a role without them gets PostgreSQL's refusal."""
     execute(shop, "DROP ROLE IF EXISTS ivm_caller; CREATE ROLE ivm_caller LOGIN")
@@ -198,6 +205,7 @@ def test_call_as_a_role_that_may_only_read_and_write(shop: Any, pg_dsn: str) -> 
         execute(shop, f"REVOKE USAGE ON SCHEMA {CATALOG} FROM ivm_caller; DROP ROLE ivm_caller")
 
 
+@pytest.mark.server_version
 def test_user_triggers_on_the_stream_table_fire_per_row(shop: Any) -> None:
     execute(
         shop,
@@ -214,6 +222,7 @@ def test_user_triggers_on_the_stream_table_fire_per_row(shop: Any) -> None:
     assert_matches_query(shop, "public", "customer_totals", TOTALS, "through explicit DML")
 
 
+@pytest.mark.server_version
 def test_concurrent_calls_and_writers_apply_every_change_once(shop: Any, pg_dsn: str) -> None:
     """Writers and three refreshers (two CALLs, one dbt-ivm refresh) at once: each batch is applied
     by exactly one of them; a refresh that loses the race waits, or fails to serialize (retried)."""
@@ -268,7 +277,7 @@ def test_concurrent_calls_and_writers_apply_every_change_once(shop: Any, pg_dsn:
 SHAPES = streams(SCHEMA)
 
 
-@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize("name", shape_parameters(list(SHAPES)))
 def test_shape_refreshed_by_call_and_by_dbt_ivm_in_turn(pg_dsn: str, name: str) -> None:
     """The shared query shapes (tests/shapes.py) under random batches, refreshed by CALL and by
     dbt-ivm refresh in turn: every CALL differential (or SKIP), the oracle after each."""
@@ -292,6 +301,7 @@ def test_shape_refreshed_by_call_and_by_dbt_ivm_in_turn(pg_dsn: str, name: str) 
         conn.close()
 
 
+@pytest.mark.server_version
 def test_odd_identifiers(pg_conn: Any) -> None:
     """Names with quotes, spaces, Unicode and reserved words, columns named like the procedure's
     outputs and our own internals (after a column the query does not read: the changes it reads
@@ -326,6 +336,7 @@ def test_odd_identifiers(pg_conn: Any) -> None:
     assert_matches_query(pg_conn, 'Odd "schema" ü', "refresh", sql, "odd names, by CALL")
 
 
+@pytest.mark.server_version
 def test_auto_batches_stay_the_engines(shop: Any) -> None:
     """The engine lets the function apply batches under refresh_mode='differential' only: under AUTO
     it weighs every batch itself and says why (the function records only runs that find nothing)."""
@@ -338,6 +349,7 @@ def test_auto_batches_stay_the_engines(shop: Any) -> None:
     assert refresh(shop, "auto_totals", TOTALS).action == "SKIP"
 
 
+@pytest.mark.server_version
 def test_call_refuses_after_a_called_function_is_redefined(shop: Any) -> None:
     """A user function the query calls, replaced or dropped and created again, changes what the
     query means: the call refuses by name, and the next dbt-ivm refresh rebuilds the table."""

@@ -23,7 +23,7 @@ from tests.postgres.streams import (
     value,
 )
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 STREAMS = {
     "customer_totals": (

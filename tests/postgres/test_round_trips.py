@@ -16,7 +16,7 @@ from dbt_ivm.postgres.runner import run_stream_table
 from tests.oracle import assert_matches_query
 from tests.postgres.streams import CATALOG, TWENTY_ORDERS, execute, make_spec, refresh, rows, value
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 TOTALS = "SELECT customer, SUM(amount) AS total, COUNT(*) AS order_count FROM orders GROUP BY customer"
 KEY = "public.totals"

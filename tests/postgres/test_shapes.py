@@ -14,13 +14,14 @@ import random
 
 import pytest
 
+from tests.depth import by_depth
 from tests.postgres.streams import SCHEMA, connect, execute, refresh_and_check, rows, seeded_shapes
 from tests.shapes import ONLY_MODEL_COLUMNS, streams
 
 pytestmark = pytest.mark.postgres
 
 SEED = int(os.environ.get("DBT_IVM_SHAPES_SEED", "20250101"))
-CYCLES = 6
+CYCLES = by_depth(6, 20)
 CHANGES = 5
 STREAMS = streams(SCHEMA)
 

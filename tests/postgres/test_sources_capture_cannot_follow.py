@@ -24,7 +24,7 @@ from dbt_ivm.postgres.runner import run_stream_table
 from tests.oracle import assert_matches_query
 from tests.postgres.streams import connect, execute, make_spec, refresh, refresh_and_check, value
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 TREES = (
     "CREATE TABLE sales (id int, region text, amount numeric, PRIMARY KEY (id, region)) PARTITION BY LIST (region);"

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+from tests.depth import by_depth
 from tests.postgres.streams import SCHEMA, execute, refresh_and_check
 from tests.tpch import PRIMARY_KEYS, Batches, Data
 
 pytestmark = pytest.mark.postgres
 
-SF = 0.002
-ROUNDS = 2
+SF = by_depth(0.002, 0.01)
+ROUNDS = by_depth(2, 4)
 ORDERS_PER_ROUND = 5  # a little over 0.1 % of sf 0.002's 3,000 orders, in and out
 
 

@@ -22,7 +22,7 @@ import pytest
 from dbt_ivm.postgres.runner import run_stream_table
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 AUDIT = """
 CREATE TABLE audit (id bigserial PRIMARY KEY, tbl text NOT NULL, op text NOT NULL, old text, new text);

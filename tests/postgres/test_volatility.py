@@ -17,7 +17,7 @@ from dbt_ivm.postgres.catalog import PostgresCatalog
 from dbt_ivm.postgres.db import Db
 from tests.postgres.streams import execute, history, refresh, refresh_and_check, value
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.server_version]
 
 # label -> (defining query, how the refusal names the call)
 REFUSED = {

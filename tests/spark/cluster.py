@@ -15,7 +15,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dbt_ivm.spark.java import find_java, use_java
-from dbt_ivm.spark.session import SessionSettings, find_iceberg_runtime_jar, spark_conf
+from dbt_ivm.spark.session import (
+    FAST_START_JVM_OPTIONS,
+    SessionSettings,
+    find_iceberg_runtime_jar,
+    spark_conf,
+)
 from tests.spark.sessions import free_port
 
 STARTUP_SECONDS = 120
@@ -38,14 +43,17 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
-def _environment(**extra: str) -> dict[str, str]:
+def _environment(java_options: str = "") -> dict[str, str]:
+    """Every JVM of the cluster (and the executors its workers start, which inherit it) runs with the
+    product's fast-start JIT and GC: each runs a few minutes of small tasks, where C2's compiling
+    costs more than it saves on a machine whose two cores are shared with the rest of the suite."""
     use_java(find_java())
     return {
         **os.environ,
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_NO_DAEMONIZE": "1",
-        **extra,
+        "JAVA_TOOL_OPTIONS": " ".join([*FAST_START_JVM_OPTIONS, java_options]).strip(),
     }
 
 
@@ -129,7 +137,7 @@ def hive_metastore(directory: Path) -> Iterator[str]:
     directory.mkdir(parents=True, exist_ok=True)
     # Hive writes its log under java.io.tmpdir; spark-class passes no option variable to this class.
     options = f"-Djava.io.tmpdir={directory} -Dderby.stream.error.file={directory / 'derby.log'}"
-    env = _environment(JAVA_TOOL_OPTIONS=options)
+    env = _environment(java_options=options)
     port = free_port()
     settings = {
         "hive.async.log.enabled": "false",  # its async logger needs a jar pyspark does not ship

@@ -23,7 +23,11 @@ def iceberg_jar() -> str:
 
 
 def build_session(warehouse: str) -> Any:
+    """A short-lived child's session: the product's fast-start JIT and GC (C1 only, serial GC), as a
+    `dbt run` starts, since a child runs a few refreshes and exits (or is killed)."""
     from pyspark.sql import SparkSession
+
+    from dbt_ivm.spark.session import FAST_START_JVM_OPTIONS
 
     Path(warehouse).mkdir(parents=True, exist_ok=True)
     spark = (
@@ -40,6 +44,7 @@ def build_session(warehouse: str) -> Any:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
+        .config("spark.driver.extraJavaOptions", " ".join(FAST_START_JVM_OPTIONS))
         .config("spark.sql.adaptive.enabled", "true")
         .getOrCreate()
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.depth import by_depth
 from tests.spark.oracle import refresh_and_check
 
 pytestmark = pytest.mark.spark
@@ -23,7 +24,7 @@ NAMES = ["'alice'", "'bob'", "'carol'", "NULL"]
 TIERS = ["'standard'", "'premium'", "NULL"]
 AMOUNTS = ["NULL", "5", "10", "25.5", "49.99", "50", "80.01", "120"]
 KINDS = ["'a'", "'b'", "NULL"]
-CYCLES = 3
+CYCLES = by_depth(3, 8)
 STEPS = 6
 
 

@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 
+from tests.depth import by_depth
 from tests.shapes import ONLY_MODEL_COLUMNS, Workload, create_statements, streams
 from tests.spark.oracle import refresh_and_check
 
 pytestmark = pytest.mark.spark
 
 SEED = int(os.environ.get("DBT_IVM_SHAPES_SEED", "20250101"))
-CYCLES = 2
+CYCLES = by_depth(2, 6)
 CHANGES = 3
 MESSAGE_LINES = int(os.environ.get("DBT_IVM_MESSAGE_LINES", "4"))
 

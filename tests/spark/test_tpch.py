@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
+from tests.depth import by_depth
 from tests.spark.oracle import refresh_and_check
 from tests.tpch import PRIMARY_KEYS, Batches, Data
 
 pytestmark = pytest.mark.spark
 
-SF = 0.002
-ROUNDS = 2
+SF = by_depth(0.002, 0.01)
+ROUNDS = by_depth(2, 4)
 ORDERS_PER_ROUND = 5
 
 
