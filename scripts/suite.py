@@ -48,7 +48,7 @@ SPARK_PROCESSES = ["tests/spark/test_cluster.py", "tests/spark/test_kill.py"]
 class Job:
     key: str  # short: log files and the report's columns
     name: str
-    minutes: float  # what CI last measured: the queue takes the longest first
+    minutes: float  # what CI last measured (docs/testing.md): the queue takes the longest first
     args: list[str]
     log: Path = field(default=Path())
     exit_code: int = -1
@@ -60,17 +60,22 @@ def ci_jobs() -> list[Job]:
     others = [f"--ignore={path}" for path in SPARK_ORACLE + SPARK_PROCESSES]
     postgres = ["--backend=postgres", "--ignore=tests/spark", "--ignore=integration_tests/tests/spark"]
     jobs = [
-        Job("pg18", "every PostgreSQL and backend-free test, PostgreSQL 18", 21, postgres),
-        Job("spark-oracle", "Spark: query shapes, TPC-H, randomized", 18, ["--backend=spark", *SPARK_ORACLE]),
-        Job("spark-procs", "Spark: a cluster, kill points", 11, ["--backend=spark", *SPARK_PROCESSES]),
-        Job("spark-rest", "Spark: the other engine tests", 11, ["--backend=spark", "tests/spark", *others]),
+        Job("pg18", "every PostgreSQL and backend-free test, PostgreSQL 18", 19.4, postgres),
         Job(
-            "spark-dbt", "Spark: dbt-spark, PySpark", 7, ["--backend=spark", "integration_tests/tests/spark"]
+            "spark-oracle", "Spark: query shapes, TPC-H, randomized", 18.9, ["--backend=spark", *SPARK_ORACLE]
+        ),
+        Job("spark-procs", "Spark: a cluster, kill points", 6.9, ["--backend=spark", *SPARK_PROCESSES]),
+        Job("spark-rest", "Spark: the other engine tests", 16.9, ["--backend=spark", "tests/spark", *others]),
+        Job(
+            "spark-dbt",
+            "Spark: dbt-spark, PySpark",
+            6.4,
+            ["--backend=spark", "integration_tests/tests/spark"],
         ),
     ]
     if (PG15_BIN / "postgres").exists():
         version = ["tests/postgres", "-m", "server_version", f"--pg-bin={PG15_BIN}"]
-        jobs.append(Job("pg15", "what depends on the server version, PostgreSQL 15", 6, version))
+        jobs.append(Job("pg15", "what depends on the server version, PostgreSQL 15", 5.2, version))
     return jobs
 
 
