@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_stream_tables_through_a_thrift_server_on_a_cluster(tmp_path: Path) -> None:
+    """Over 60 s (about 3 min in CI): a master, two workers, a metastore service and a Thrift server
+    start (each a JVM), and `dbt run` creates and refreshes the streams three times through them."""
     warehouse = str(tmp_path / "warehouse")
     # Two cores and 2 GB per worker: room for the executors of two applications at once.
     with (

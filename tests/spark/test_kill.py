@@ -42,7 +42,10 @@ def _child(phase: str, warehouse: Path, *schemas: str, kill_at: str = "") -> sub
 def recovered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """One process prepares a schema per point; each point is killed in its schema, one process
     each; then one process recovers them all. By point: what killing it printed when it did not die
-    by SIGKILL, or the recovery's output."""
+    by SIGKILL, or the recovery's output.
+
+    Over 60 s (about 3.5 min in CI, the first test's setup): seven child processes, each a JVM of its
+    own, since a SIGKILLed refresh takes its process with it."""
     warehouse = tmp_path_factory.mktemp("killed") / "warehouse"
     prepared = _child("prepare", warehouse, *TESTED_POINTS)
     assert prepared.returncode == 0, f"{prepared.stdout}\n{prepared.stderr[-3000:]}"

@@ -27,6 +27,8 @@ ORDERS_PER_ROUND = 5
 
 
 def test_tpch_queries_refresh_differentially(spark: Any, spark_schema: str, tmp_path: Path) -> None:
+    """Over 60 s (about 4 min in CI): 22 stream tables created and refreshed after two rounds of
+    RF1/RF2, every refresh checked against its query, at the smallest scale dbgen keeps valid."""
     s = spark_schema
     data = Data(SF, tmp_path)
     for statement in data.create_statements(s, "spark"):
