@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -139,6 +140,7 @@ def run(jobs: list[Job], extra: list[str]) -> int:
     for thread in threads:
         thread.join()
     report(jobs, logs, time.monotonic() - started)
+    shutil.rmtree(logs, ignore_errors=True)  # every log was printed
     return next((job.exit_code for job in jobs if job.exit_code != 0), 0)
 
 
