@@ -58,7 +58,7 @@ def consolidated_rows(
     summed = (
         exp.select(*columns(layout.columns), exp.alias_(exp.func("SUM", weight), WEIGHT, quoted=True))
         .from_(aliased(row_delta, "__ivm_delta"))
-        .group_by(*columns(layout.columns))
+        .group_by(*columns(layout.columns), copy=False)
     )
     rank = exp.Window(
         this=exp.RowNumber(),
@@ -69,13 +69,13 @@ def consolidated_rows(
     ranked = (
         exp.select(*columns(layout.columns), weight.copy(), exp.alias_(rank, RANK, quoted=True), *tallies)
         .from_(aliased(summed, "__ivm_summed"))
-        .where(exp.NEQ(this=weight.copy(), expression=exp.Literal.number(0)))
+        .where(exp.NEQ(this=weight.copy(), expression=exp.Literal.number(0)), copy=False)
     )
     carried = columns([ADDING, REMOVING, WIDEST]) if checked else []
     return (
         exp.select(*columns(layout.columns), weight.copy(), *hash_column(layout.key, target), *carried)
         .from_(aliased(ranked, "__ivm_ranked"))
-        .where(exp.EQ(this=exp.column(RANK, quoted=True), expression=exp.Literal.number(1)))
+        .where(exp.EQ(this=exp.column(RANK, quoted=True), expression=exp.Literal.number(1)), copy=False)
     )
 
 

@@ -127,7 +127,7 @@ def memoized_pin(dialect: str, compute: Callable[[str], exp.Expr]) -> Callable[[
     pinned: dict[str, exp.Expr] = {}
 
     def pin(query: exp.Query) -> exp.Expr:
-        sql = query.sql(dialect, copy=False)  # the caller reads the pin, never `query` again
+        sql = query.sql(dialect)  # `query` may share subtrees with other statements: not rewritten here
         if sql not in pinned:
             pinned[sql] = compute(sql)
         return pinned[sql].copy()
@@ -224,8 +224,11 @@ class Side:
 
 
 def aliased(relation: exp.Expr, alias: str) -> exp.Expr:
+    """`relation AS alias`. A query is wrapped as it is, not copied: a rule's queries are built
+    for the statement that reads them (copying each one at every level made the copies most of a
+    stream table's planning time). Anything else is copied, since its alias is set on it."""
     if isinstance(relation, exp.Query):
-        relation = exp.Subquery(this=relation)
+        return exp.Subquery(this=relation, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
     relation = relation.copy()
     relation.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
     return relation
@@ -239,7 +242,7 @@ def read_relation(read: Read, ctx: Context, term: Term | None = None) -> exp.Exp
     if mode == "undone":
         return aliased(_undone(read, ctx, term), item.alias)
     if isinstance(item, Derived) and term is not None and read.mode != "null":
-        relation = _derived(item, mode, ctx, _reachable(term, read, ctx), True)
+        relation = _derived(item, mode, ctx, _reachable(term, read, ctx), True).copy()
     else:
         relation = _relation(read, ctx)
     if read.mode == "null":
@@ -253,11 +256,11 @@ def _relation(read: Read, ctx: Context) -> exp.Expr:
     item = read.item
     mode: Mode = "current" if read.mode == "null" else read.mode
     if isinstance(item, Computed):
-        return item.query
+        return item.query.copy()
     if mode == "undone":  # never a state of its own (`_derived` would render it as current)
         return _undone(read, ctx, None)
     if isinstance(item, Derived):  # a NULL partner's columns: computing it ahead would be wasted
-        return _derived(item, mode, ctx, None, False)
+        return _derived(item, mode, ctx, None, False).copy()
     name = item.table.qualified
     if mode == "delta":
         return ctx.bindings.delta[name].copy()

@@ -149,8 +149,18 @@ def _with_materialized(ctes: list[tuple[str, str]], statement: str) -> str:
     return with_first(named, statement)
 
 
-def _rendered(ctx: Context, build: Callable[[Context], exp.Expr | None]) -> str | None:
-    """`build`'s statement, what it pins read from MATERIALIZED CTEs (None: nothing to apply)."""
+def render(
+    plan: Plan,
+    layout: Layout,
+    ctx: Context,
+    stream_table: exp.Table,
+    target: Target,
+    rows: exp.Table | None = None,
+) -> tuple[str | None, str | None]:
+    """The MERGE applying the delta of `ctx`'s change sets, and (where `rows` names the explicit
+    path's temp table) the INSERT INTO `rows` of what it changes; None where no change set reaches
+    the table. The delta is built once for both: each reads what it pins from the same MATERIALIZED
+    CTEs, prefixed to each statement."""
     ctes: list[tuple[str, str]] = []
 
     def compute(text: str) -> exp.Expr:
@@ -158,27 +168,24 @@ def _rendered(ctx: Context, build: Callable[[Context], exp.Expr | None]) -> str 
         ctes.append((name, text))
         return exp.table_(name, quoted=True)
 
-    statement = build(replace(ctx, pin=memoized_pin(DIALECT, compute), rendered={}))
-    return None if statement is None else _with_materialized(ctes, statement.sql(DIALECT))
+    pinned = replace(ctx, pin=memoized_pin(DIALECT, compute), rendered={})
+    change = stream.group_change(plan, layout, pinned, stream_table, target)
+    wanted = change is None or rows is not None
+    delta = stream.row_delta(plan, layout, pinned, stream_table, target) if wanted else None
+    merge = None
+    if change is not None:  # an aggregate keeping its state: each group's row is found once
+        merge = grouped.group_merge(change, stream_table, target).sql(DIALECT)
+    elif delta is not None:
+        merge = apply_statement(layout, delta.copy(), stream_table, target).sql(DIALECT)
+    into = None
+    if rows is not None and delta is not None:
+        into = _into(rows, rows_to_apply(layout, delta, stream_table, target)).sql(DIALECT)
+    # A CTE the statement does not read is never run: each may carry the other's.
+    return _with_materialized_or_none(ctes, merge), _with_materialized_or_none(ctes, into)
 
 
-def render(
-    plan: Plan,
-    layout: Layout,
-    ctx: Context,
-    stream_table: exp.Table,
-    target: Target,
-) -> str | None:
-    """The MERGE applying the delta of `ctx`'s change sets (None: no change set reaches the table)."""
-
-    def build(pinned: Context) -> exp.Expr | None:
-        change = stream.group_change(plan, layout, pinned, stream_table, target)
-        if change is not None:  # an aggregate keeping its state: each group's row is found once
-            return grouped.group_merge(change, stream_table, target)
-        delta = stream.row_delta(plan, layout, pinned, stream_table, target)
-        return None if delta is None else apply_statement(layout, delta, stream_table, target)
-
-    return _rendered(ctx, build)
+def _with_materialized_or_none(ctes: list[tuple[str, str]], statement: str | None) -> str | None:
+    return None if statement is None else _with_materialized(ctes, statement)
 
 
 def rows_to_apply(layout: Layout, delta: exp.Query, stream_table: exp.Table, target: Target) -> exp.Select:
@@ -187,20 +194,6 @@ def rows_to_apply(layout: Layout, delta: exp.Query, stream_table: exp.Table, tar
         summed = multiset.summed_rows(layout, delta, target).subquery()
         return multiset.counted_rows(layout, summed, stream_table, target)
     return keyed.consolidated_rows(layout, delta, target)
-
-
-def render_rows(
-    plan: Plan, layout: Layout, ctx: Context, stream_table: exp.Table, target: Target, rows: exp.Table
-) -> str | None:
-    """INSERT INTO `rows` what the delta of `ctx`'s change sets changes (None: nothing reaches it)."""
-
-    def build(pinned: Context) -> exp.Expr | None:
-        delta = stream.row_delta(plan, layout, pinned, stream_table, target)
-        if delta is None:
-            return None
-        return _into(rows, rows_to_apply(layout, delta, stream_table, target))
-
-    return _rendered(ctx, build)
 
 
 def _explicit_path(
@@ -271,18 +264,16 @@ def statements(
                 delta={source.qualified: transition_changes(source, event)},
                 inserted_only={source.qualified} if event == "INSERT" else set(),
             )
-            events[event] = render(plan, layout, new_context(bindings), stream_table, target)
-            if rows is not None:
-                rows_events[event] = render_rows(
-                    plan, layout, new_context(bindings), stream_table, target, rows
-                )
+            events[event], rows_events[event] = render(
+                plan, layout, new_context(bindings), stream_table, target, rows
+            )
         by_source.append(events)
         rows_by_source.append(rows_events)
     everything = Bindings(
         current=current,
         delta={t.qualified: pending(i, t) for i, t in enumerate(sources)},  # pending_insert
     )
-    combined = render(plan, layout, new_context(everything), stream_table, target)
+    combined, rows_combined = render(plan, layout, new_context(everything), stream_table, target, rows)
     assert combined is not None  # every source changed: some term reaches the table
     contents = stream.contents(plan, layout, new_context(Bindings(current=current)))
     recomputed = full_delta(stream_table, layout, contents)
@@ -295,7 +286,6 @@ def statements(
         ]
     explicit_path = None
     if rows is not None:
-        rows_combined = render_rows(plan, layout, new_context(everything), stream_table, target, rows)
         assert rows_combined is not None
         rows_full = _into(rows, rows_to_apply(layout, recomputed, stream_table, target)).sql(DIALECT)
         inserts = (rows_by_source, rows_full, rows_combined)
