@@ -79,8 +79,8 @@ def summed_rows(layout: Layout, row_delta: exp.Expr, target: Target) -> exp.Sele
             *columns(layout.columns), exp.alias_(total, WEIGHT, quoted=True), *hash_column(layout.key, target)
         )
         .from_(aliased(row_delta, "__ivm_delta"))
-        .group_by(*columns(layout.columns))
-        .having(exp.NEQ(this=total.copy(), expression=exp.Literal.number(0)))
+        .group_by(*columns(layout.columns), copy=False)
+        .having(exp.NEQ(this=total.copy(), expression=exp.Literal.number(0)), copy=False)
     )
 
 

@@ -87,8 +87,10 @@ def compacted(
     return (
         exp.select(*columns(carried))
         .from_(aliased(netted, "__ivm_netted"))
-        .where(exp.EQ(this=exp.Sign(this=weight.copy()), expression=exp.Sign(this=net_sum.copy())))
-        .where(exp.LTE(this=rank_number, expression=exp.Abs(this=net_sum)))
+        .where(
+            exp.EQ(this=exp.Sign(this=weight.copy()), expression=exp.Sign(this=net_sum.copy())), copy=False
+        )
+        .where(exp.LTE(this=rank_number, expression=exp.Abs(this=net_sum)), copy=False)
     )
 
 

@@ -154,9 +154,9 @@ def from_scratch(plan: Aggregate, rows: exp.Query, hidden_groups: bool = False) 
         ]
     query = exp.select(*outputs).from_(aliased(rows, alias))
     if plan.group_by:
-        query = query.group_by(*group_columns(plan, alias))
+        query = query.group_by(*group_columns(plan, alias), copy=False)
     if plan.having is not None:
-        query = query.having(_substituted(plan.having, _from_scratch_values(plan, alias)))
+        query = query.having(_substituted(plan.having, _from_scratch_values(plan, alias)), copy=False)
     return query
 
 
@@ -382,7 +382,7 @@ def left_joined_on_keys(
             on = exp.and_(exp.EQ(this=key_hash(left_keys), expression=key_hash(right_keys)), on)
     null_safe = query.join(aliased(right, right_alias), on=on, join_type="left")
     all_set = exp.and_(*[exp.Not(this=n.copy()) for n in nulls])
-    return union_all([equal.where(all_set), null_safe.where(exp.or_(*nulls))])
+    return union_all([equal.where(all_set, copy=False), null_safe.where(exp.or_(*nulls), copy=False)])
 
 
 def never_null_groups(plan: Aggregate) -> set[str]:

@@ -247,7 +247,7 @@ def read_relation(read: Read, ctx: Context, term: Term | None = None) -> exp.Exp
         relation = _relation(read, ctx)
     if read.mode == "null":
         # No rows, the item's columns and types: LEFT JOINed ON TRUE it pads a row with NULLs.
-        relation = exp.select("*").from_(aliased(relation, item.alias)).where(exp.false())
+        relation = exp.select("*").from_(aliased(relation, item.alias)).where(exp.false(), copy=False)
     return aliased(relation, item.alias)
 
 

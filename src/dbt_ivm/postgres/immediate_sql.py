@@ -138,7 +138,7 @@ def apply_statement(layout: Layout, delta: exp.Query, stream_table: exp.Table, t
     MERGE, or for a multiset the deletion and insertion of copies (`apply/multiset`)."""
     if layout.kind == "multiset":
         return multiset.apply(layout, multiset.summed_rows(layout, delta, target), stream_table, target)
-    rows = keyed.consolidated_rows(layout, delta, target).subquery()
+    rows = keyed.consolidated_rows(layout, delta, target).subquery(copy=False)
     return keyed.merge(layout, rows, stream_table, target)
 
 
@@ -191,7 +191,7 @@ def _with_materialized_or_none(ctes: list[tuple[str, str]], statement: str | Non
 def rows_to_apply(layout: Layout, delta: exp.Query, stream_table: exp.Table, target: Target) -> exp.Select:
     """What the explicit path writes into its rows table: one row per changed key, or per value."""
     if layout.kind == "multiset":
-        summed = multiset.summed_rows(layout, delta, target).subquery()
+        summed = multiset.summed_rows(layout, delta, target).subquery(copy=False)
         return multiset.counted_rows(layout, summed, stream_table, target)
     return keyed.consolidated_rows(layout, delta, target)
 
