@@ -197,6 +197,23 @@ def streams(s: str) -> dict[str, str]:
             f"FROM {s}.orders o LEFT JOIN {s}.customers c ON o.customer_id = c.id "
             f"WHERE c.tier IS NULL OR c.tier = 'premium'"
         ),
+        # join trees nested on the right of an outer join: planned as written, not as a chain
+        # (`a LEFT JOIN (b CROSS JOIN c)` pads a row of `a` once, not once per row of `c`)
+        "left_of_cross_of_full": (
+            f"SELECT c.id AS customer_id, o.id AS order_id, r.order_id AS returned, e.v "
+            f"FROM {s}.customers c LEFT JOIN ({s}.orders o CROSS JOIN "
+            f"({s}.returns r FULL JOIN {s}.events e ON r.order_id = e.v)) ON o.customer_id = c.id"
+        ),
+        "left_then_full_of_full": (
+            f"SELECT o.id AS order_id, c.id AS customer_id, r.order_id AS returned, e.kind "
+            f"FROM {s}.orders o LEFT JOIN {s}.customers c ON o.customer_id = c.id "
+            f"FULL JOIN ({s}.returns r FULL JOIN {s}.events e ON r.order_id = e.v) ON c.region_id = r.order_id"
+        ),
+        "full_of_inner_and_left": (
+            f"SELECT r.id AS region_id, c.name, o.amount, e.kind "
+            f"FROM {s}.regions r FULL JOIN ({s}.customers c JOIN {s}.orders o ON o.customer_id = c.id "
+            f"LEFT JOIN {s}.events e ON e.v = o.id) ON c.region_id = r.id"
+        ),
         # subqueries in WHERE: semi / anti joins, scalar subqueries
         "exists_returns": (
             f"SELECT o.id, o.amount FROM {s}.orders o "

@@ -39,6 +39,7 @@ from dbt_ivm.plan.embedded_subqueries import unnested_in_expressions
 from dbt_ivm.plan.hidden_order import ORDER_ALIAS, with_hidden_order
 from dbt_ivm.plan.in_values import SPARK_IN_VALUES, in_values_as_exists
 from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
+from dbt_ivm.plan.join_parentheses import flatten_join_parentheses, nested_joins_as_subqueries
 from dbt_ivm.plan.lateral import from_generators
 from dbt_ivm.plan.messages import excerpt, shown, written_in
 from dbt_ivm.plan.nodes import (
@@ -136,6 +137,7 @@ def _planned(
         tree = quantified_as_exists(tree)
         tree = ordered_set_operation_as_select(tree)
         tree = merge_subqueries(tree)
+        tree = nested_joins_as_subqueries(tree)
         tree = from_generators(tree, model)
         tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
     except OptimizeError as error:
@@ -245,53 +247,6 @@ def _parse(sql: str, model: str, dialect: str) -> exp.Expr:
         hint.pop()
     # Unquoted names fold to the database's case now, so every name below is the catalog's own spelling.
     return flatten_join_parentheses(normalize_identifiers(tree, dialect=dialect))
-
-
-def flatten_join_parentheses(tree: exp.Expr) -> exp.Expr:
-    """`FROM (a JOIN b ON …)` as `FROM a JOIN b ON …`, in place. PostgreSQL writes a view's joins in
-    parentheses (pg_get_viewdef). The planner keeps every join condition as a conjunct over all
-    scans, which is what an inner join means wherever its parentheses stand; an outer join is
-    refused by name afterwards, and its query then runs as written.
-
-    >>> flatten_join_parentheses(sqlglot.parse_one("SELECT 1 FROM (a JOIN b ON a.x = b.x) JOIN c ON b.y = c.y")).sql()
-    'SELECT 1 FROM a JOIN b ON a.x = b.x JOIN c ON b.y = c.y'
-    """
-    for select in list(tree.find_all(exp.Select)):
-        from_ = select.args.get("from_") or select.args.get("from")
-        if from_ is None:
-            continue
-        joins: list[exp.Expr] = []
-        from_.set("this", _unparenthesized(from_.this, joins))
-        for join in select.args.get("joins") or []:
-            lifted: list[exp.Expr] = []
-            if _is_inner(join) and all(_is_inner(j) for j in join.this.find_all(exp.Join)):
-                join.set("this", _unparenthesized(join.this, lifted))
-            joins.extend([join, *lifted])
-        if joins:
-            select.set("joins", joins)
-    return tree
-
-
-def _is_inner(join: exp.Expr) -> bool:
-    return not join.args.get("side") and str(join.args.get("kind") or "").upper() in ("", "INNER", "CROSS")
-
-
-def _unparenthesized(item: exp.Expr, lifted: list[exp.Expr]) -> exp.Expr:
-    """The first table of a parenthesized join (appending its joins, in order, to `lifted`), else
-    `item`. sqlglot hangs a parenthesized join's joins on its first table or on the parentheses."""
-    if isinstance(item, exp.Subquery) and not item.alias and isinstance(item.this, exp.Table | exp.Subquery):
-        first = _unparenthesized(item.this, lifted)
-        own = item.args.get("joins") or []
-    elif isinstance(item, exp.Table) and item.args.get("joins"):
-        first, own = item, item.args["joins"]
-    else:
-        return item
-    item.set("joins", None)
-    for join in list(own):
-        inner: list[exp.Expr] = []
-        join.set("this", _unparenthesized(join.this, inner))
-        lifted.extend([join, *inner])  # each join before the joins it brought along
-    return first
 
 
 def _cte_names(tree: exp.Expr) -> set[str]:
