@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg2.errors
 import pytest
 
 from dbt_ivm.errors import TriggerNameTaken
@@ -469,3 +470,42 @@ def test_capture_from_an_earlier_version_is_reinstalled(orders: Any) -> None:
     execute(orders, f"UPDATE {CATALOG}.change_buffers SET capture_version = 1")
     execute(orders, "INSERT INTO orders VALUES (50, 'c1', 50)")
     _refresh_all(orders, "FULL", "upgraded")
+
+
+# --- class 5: nobody but a source's own writes reaches its buffer ---------------------------------
+
+
+def test_capture_attached_to_a_look_alike_table_captures_nothing(orders: Any) -> None:
+    """A role with no rights on the source cannot attach its capture function to a table of its own
+    (EXECUTE is the dbt role's alone); one that may execute it (granted by hand) attaches it, and
+    its rows never reach the buffer: the consumers' next refresh is FULL, the writer's statement
+    succeeds, and the source's own writes are still captured."""
+    stranger = f"stranger_{value(orders, 'SELECT current_database()')}"
+    oid = value(orders, "SELECT 'public.orders'::regclass::oid::text")
+    function = f'"{CATALOG}"."capture_{oid}"()'
+    buffer = buffer_of(orders, "public.orders")
+    attach = (
+        "CREATE TRIGGER forged AFTER INSERT ON public.look_alike REFERENCING NEW TABLE AS __ivm_new_rows "
+        f"FOR EACH STATEMENT EXECUTE FUNCTION {function}"
+    )
+    execute(orders, f'CREATE ROLE "{stranger}" NOLOGIN; GRANT CREATE ON SCHEMA public TO "{stranger}"')
+    try:
+        execute(orders, f'SET ROLE "{stranger}"')
+        execute(orders, "CREATE TABLE public.look_alike (id int, customer text, amount numeric(10,2))")
+        with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+            execute(orders, attach)
+        execute(orders, "RESET ROLE")
+        execute(orders, f'GRANT USAGE ON SCHEMA "{CATALOG}" TO "{stranger}"')
+        execute(orders, f'GRANT EXECUTE ON FUNCTION {function} TO "{stranger}"')
+        execute(orders, f'SET ROLE "{stranger}"')
+        execute(orders, attach)
+        execute(orders, "INSERT INTO public.look_alike VALUES (100, 'c0', 1000)")
+        execute(orders, "RESET ROLE")
+        assert value(orders, f"SELECT count(*) FROM {buffer}") == 0
+        _refresh_all(orders, "FULL")
+        execute(orders, "UPDATE orders SET amount = amount + 1 WHERE id = 1")
+        assert value(orders, f"SELECT count(*) FROM {buffer}") == 2
+        _refresh_all(orders, "DIFFERENTIAL")
+    finally:
+        execute(orders, "RESET ROLE")
+        execute(orders, f'DROP OWNED BY "{stranger}" CASCADE; DROP ROLE "{stranger}"')

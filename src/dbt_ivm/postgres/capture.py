@@ -48,7 +48,7 @@ from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
 # Bump when the buffer's shape or the capture function changes: older installs are reinstalled.
-CAPTURE_VERSION = 4
+CAPTURE_VERSION = 5
 XID = "__ivm_xid"
 # Rows of the unlogged table MARKS, kept apart from the typed buffers so that no row of a buffer is
 # ever a placeholder (its NULLs would be checked against a user's domain).
@@ -347,13 +347,12 @@ def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
     db.execute(f"INSERT INTO {marks} VALUES (%s, pg_current_xact_id(), %s)", (buffer_name(table), SENTINEL))
     # Only the capture function (SECURITY DEFINER) writes the buffer: it gets no privileges of its own.
     db.execute(f"REVOKE ALL ON {buffer} FROM PUBLIC")
-    db.execute(_function_sql(function, buffer, marks, table))
+    tree = db.rows(
+        TREE_SQL + "SELECT relid::text, relid::regclass::text FROM tree", {"source": table.identity}
+    )
+    db.execute(_function_sql(function, buffer, marks, table, [str(r[0]) for r in tree]))
     db.execute(f"REVOKE ALL ON FUNCTION {function}() FROM PUBLIC")
-    targets = [
-        str(r[0])
-        for r in db.rows(TREE_SQL + "SELECT relid::regclass::text FROM tree", {"source": table.identity})
-    ]
-    for target in targets:
+    for target in (str(r[1]) for r in tree):
         for suffix, timing in EVENTS.items():
             trigger = q(TRIGGER_PREFIX + suffix)
             db.execute(
@@ -390,10 +389,15 @@ def _record(db: Db, catalog: str, table: TableInfo, state: dict[str, Any], reaso
     )
 
 
-def _function_sql(function: str, buffer: str, marks: str, table: TableInfo) -> str:
+def _function_sql(function: str, buffer: str, marks: str, table: TableInfo, relids: list[str]) -> str:
     """The capture function. It declares no variables (a PL/pgSQL variable named like a column of the
     source makes the column reference ambiguous) and reads transition-table columns by name, so it
-    serves partitions and children whose columns sit at other positions."""
+    serves partitions and children whose columns sit at other positions.
+
+    It captures only the tables it was installed on (`relids`: the source and the tables below it).
+    Fired on any other (attached to a look-alike table by a role that may execute it, or the source
+    restored from a dump under new oids), it writes no row to the buffer and marks it: its
+    consumers' next refresh is FULL, and the writer's statement still succeeds."""
     stamp = f"{q(XID)}, {q(WEIGHT)}"
     marker = (
         f"INSERT INTO {marks} VALUES ({lit(buffer_name(table))}, pg_current_xact_id(), {lit(FULL_MARK)});"
@@ -407,8 +411,10 @@ def _function_sql(function: str, buffer: str, marks: str, table: TableInfo) -> s
             f"SELECT pg_current_xact_id(), {weight}{values} FROM {q(rows)} AS r;"
         )
 
+    installed_on = lit("{" + ",".join(relids) + "}")
     body = (
         f"BEGIN\n"
+        f"  IF TG_RELID <> ALL ({installed_on}::oid[]) THEN {marker} RETURN NULL; END IF;\n"
         f"  IF TG_OP = 'INSERT' THEN {copy(1, NEW_ROWS)}\n"
         f"  ELSIF TG_OP = 'UPDATE' THEN {copy(-1, OLD_ROWS)} {copy(1, NEW_ROWS)}\n"
         f"  ELSIF TG_OP = 'DELETE' THEN {copy(-1, OLD_ROWS)}\n"
