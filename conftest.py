@@ -54,6 +54,14 @@ def _pg_bin(config: pytest.Config) -> str | None:
 
 
 @pytest.fixture(scope="session")
+def pg_bin_dir(request: pytest.FixtureRequest) -> Path:
+    """The bin directory of the PostgreSQL build under test (its pg_dump, pg_restore, initdb)."""
+    from dbt_ivm.embedded import postgres_server
+
+    return Path(_pg_bin(request.config) or postgres_server.embedded_bin_dir())
+
+
+@pytest.fixture(scope="session")
 def pg_server(request: pytest.FixtureRequest) -> Iterator[object]:
     """One throwaway PostgreSQL cluster for the whole test session (engine and dbt tests alike).
 

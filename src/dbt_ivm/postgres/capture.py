@@ -310,13 +310,15 @@ def _triggers_complete(db: Db, catalog: str, table: TableInfo) -> bool:
 
 def taken_trigger_names(db: Db, catalog: str, table: TableInfo) -> list[str]:
     """Triggers in the source's tree that carry a capture trigger's name but are not capture's own:
-    install's CREATE OR REPLACE TRIGGER would silently replace them."""
+    install's CREATE OR REPLACE TRIGGER would silently replace them. Capture's own include those of
+    a capture function for another oid of the source (a dump restored): install replaces those."""
     return foreign_triggers(
         db,
         TREE_SQL + "SELECT relid FROM tree",
         {"source": table.identity},
         [TRIGGER_PREFIX + suffix for suffix in EVENTS],
         _function_signature(catalog, table),
+        among=(catalog, "^capture_[0-9]+$"),
     )
 
 
