@@ -68,6 +68,19 @@ class TriggerNameTaken(IvmError):
         )
 
 
+class MissingPrivilege(IvmError):
+    """The dbt role lacks a privilege dbt-ivm needs on a table (TRIGGER on a source, for capture)."""
+
+    def __init__(self, model: str, privilege: str, tables: list[str], role: str, purpose: str) -> None:
+        self.model = model
+        listed = ", ".join(tables)
+        grants = "; ".join(f"GRANT {privilege} ON {t} TO {role}" for t in tables)
+        super().__init__(
+            f"model {model}: the dbt role {role} lacks the {privilege} privilege on source {listed}, "
+            f"which {purpose}; have the table's owner run {grants} (or use refresh_mode='full')"
+        )
+
+
 class SparkFailed(IvmError):
     """Spark failed while refreshing: the JVM's message instead of py4j's wrapper (spark/failures.py)."""
 

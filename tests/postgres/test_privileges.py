@@ -286,3 +286,35 @@ def test_table_level_revoke_also_revokes_column_privileges(
     execute(pg_conn, f"GRANT SELECT ON t TO {role}; GRANT SELECT (a) ON t TO {role}")
     execute(pg_conn, f"REVOKE SELECT ON t FROM {role}")
     assert dict(column_acl())["a"] is None
+
+
+def test_two_catalogs_capture_one_source_and_a_missing_trigger_grant_is_named(
+    pg_conn: Any, make_role: Callable[[str], str], as_role: Callable[[str], Any]
+) -> None:
+    """A second dbt project (its own catalog schema and role) over a source the first captures: its
+    role, with SELECT but not TRIGGER on the source, is told which source, which privilege and which
+    GRANT; granted, both catalogs capture the source and refresh differentially."""
+    execute(pg_conn, ORDERS)
+    assert refresh(pg_conn, "totals", TOTALS).action == "CREATE"
+    second = make_role("second_project")
+    database = value(pg_conn, "SELECT current_database()")
+    execute(
+        pg_conn,
+        f"GRANT CREATE ON DATABASE {q(database)} TO {q(second)}; GRANT USAGE, CREATE ON SCHEMA public TO {q(second)};"
+        f"GRANT SELECT ON orders TO {q(second)}",
+    )
+    other = as_role(second)
+    options = {"catalog_schema": "second_ivm", "refresh_mode": "differential"}
+    with pytest.raises(Exception, match=r"TRIGGER privilege on source public\.orders.*GRANT TRIGGER ON public\.orders TO"):
+        refresh(other, "amounts_2", AMOUNTS, **options)
+    execute(pg_conn, f"GRANT TRIGGER ON orders TO {q(second)}")
+    assert refresh(other, "amounts_2", AMOUNTS, **options).action == "CREATE"
+    execute(pg_conn, "INSERT INTO orders VALUES (4, 'carol', 7); UPDATE orders SET amount = 11 WHERE id = 1")
+    assert refresh(pg_conn, "totals", TOTALS).action == "DIFFERENTIAL"
+    assert refresh(other, "amounts_2", AMOUNTS, **options).action == "DIFFERENTIAL"
+    assert sorted(rows(pg_conn, "SELECT total FROM totals")) == sorted(
+        rows(pg_conn, "SELECT sum(amount) FROM orders GROUP BY customer")
+    )
+    assert sorted(rows(pg_conn, "SELECT amount FROM amounts_2")) == sorted(
+        rows(pg_conn, "SELECT amount FROM orders")
+    )

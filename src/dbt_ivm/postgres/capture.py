@@ -34,6 +34,7 @@ sentinel was reset, so capture is reinstalled and the next refresh is FULL.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -56,6 +57,7 @@ MARKS = "buffer_marks"
 SENTINEL = "sentinel"  # proves a buffer was not reset by crash recovery (both are unlogged)
 FULL_MARK = "full"  # TRUNCATE, or a write capture could not record: the next refresh is FULL
 TRIGGER_PREFIX = "__ivm_capture_"
+DEFAULT_CATALOG = "dbt_ivm"
 # The statement triggers of refresh_mode='immediate' (postgres/immediate.py), on a stream table that
 # is itself a source of an immediate one.
 IMMEDIATE_TRIGGER_PREFIX = "__ivm_immediate_"
@@ -127,6 +129,35 @@ EVENTS = {
 }
 
 
+def trigger_name(catalog: str, event: str) -> str:
+    """Capture's trigger for `event` on a source. Each catalog schema (each dbt project) names its
+    own, so two can capture one source; the default catalog's keep their first names. A long or
+    non-ASCII catalog name is hashed: a trigger name has 63 bytes."""
+    if catalog == DEFAULT_CATALOG:
+        return TRIGGER_PREFIX + event
+    tag = (
+        catalog
+        if catalog.isascii() and len(catalog) <= 36
+        else hashlib.sha256(catalog.encode()).hexdigest()[:12]
+    )
+    return f"{TRIGGER_PREFIX}{tag}_{event}"
+
+
+def lacking_trigger_privilege(db: Db, table: TableInfo) -> list[str]:
+    """The tables of the source's tree (the source, its partitions and children) on which the
+    current role may not create triggers."""
+    return [
+        str(r[0])
+        for r in db.rows(
+            TREE_SQL + "SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname) FROM tree "
+            "JOIN pg_catalog.pg_class AS c ON c.oid = tree.relid "
+            "JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace "
+            "WHERE NOT pg_catalog.has_table_privilege(tree.relid, 'TRIGGER') ORDER BY 1",
+            {"source": table.identity},
+        )
+    ]
+
+
 def buffer_name(table: TableInfo) -> str:
     return f"changes_{table.identity}"
 
@@ -173,6 +204,7 @@ class ReplicaGap:
 
     source: str
     subscribed: bool  # a logical replication subscription writes the source: recompute it
+    catalog: str = DEFAULT_CATALOG
 
     def full_reason(self) -> str:
         return (
@@ -181,7 +213,7 @@ class ReplicaGap:
         )
 
     def warning(self) -> str:
-        triggers = ", ".join(f"{q(TRIGGER_PREFIX + e)}" for e in EVENTS)
+        triggers = ", ".join(f"{q(trigger_name(self.catalog, e))}" for e in EVENTS)
         return (
             f"capture triggers on {self.source} are not ENABLE ALWAYS (the dbt role does not own it): writes "
             f"made under session_replication_role = replica would go unseen; its owner can run "
@@ -224,7 +256,7 @@ def inspect(db: Db, catalog: str, table: TableInfo) -> Inspection:
     oid, version, stored, buffer_exists, has_sentinel, has_full_mark = row[:6]
     now = dict(zip(STATE_PARTS, row[6:9], strict=True))
     not_always, subscribed = row[9:]
-    gap = ReplicaGap(label, bool(subscribed)) if not_always else None
+    gap = ReplicaGap(label, bool(subscribed), catalog) if not_always else None
     return Inspection(
         _reinstall_reason(table, oid, version, stored, buffer_exists and has_sentinel, has_full_mark, now),
         gap,
@@ -316,7 +348,7 @@ def taken_trigger_names(db: Db, catalog: str, table: TableInfo) -> list[str]:
         db,
         TREE_SQL + "SELECT relid FROM tree",
         {"source": table.identity},
-        [TRIGGER_PREFIX + suffix for suffix in EVENTS],
+        [trigger_name(catalog, suffix) for suffix in EVENTS],
         _function_signature(catalog, table),
         among=(catalog, "^capture_[0-9]+$"),
     )
@@ -356,7 +388,7 @@ def install(db: Db, catalog: str, table: TableInfo, reason: str) -> None:
     db.execute(f"REVOKE ALL ON FUNCTION {function}() FROM PUBLIC")
     for target in (str(r[1]) for r in tree):
         for suffix, timing in EVENTS.items():
-            trigger = q(TRIGGER_PREFIX + suffix)
+            trigger = q(trigger_name(catalog, suffix))
             db.execute(
                 f"CREATE OR REPLACE TRIGGER {trigger} {timing.format(target)} "
                 f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"

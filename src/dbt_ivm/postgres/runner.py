@@ -31,7 +31,7 @@ from dbt_ivm.delta import stream
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.compact import needs_netting, text_changes
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
-from dbt_ivm.errors import InvalidQuery, IvmError, TriggerNameTaken, UnsupportedQuery
+from dbt_ivm.errors import InvalidQuery, IvmError, MissingPrivilege, TriggerNameTaken, UnsupportedQuery
 from dbt_ivm.keys import POSTGRES, Target
 from dbt_ivm.layout import Layout, key_never_null, layout_of
 from dbt_ivm.plan import build_plan
@@ -404,6 +404,12 @@ class PostgresBackend:
                         # install once, re-checking under the lock.
                         capture.lock_installs(db)
                         reason = capture.reinstall_reason(db, spec.catalog_schema, source)
+                        lacking = capture.lacking_trigger_privilege(db, source) if reason is not None else []
+                        if lacking:
+                            role = str(db.value("SELECT pg_catalog.quote_ident(current_user)"))
+                            raise MissingPrivilege(
+                                spec.model, "TRIGGER", lacking, role, "capturing its changes needs"
+                            )
                         if reason is not None:
                             taken = capture.taken_trigger_names(db, spec.catalog_schema, source)
                             if taken:
