@@ -706,6 +706,34 @@ def test_disabled_triggers_are_detected_and_rebuilt(pg_conn: Any) -> None:
 
 
 @pytest.mark.server_version
+def test_maintenance_is_compared_by_what_it_was_rendered_from(pg_conn: Any) -> None:
+    """A run compares the installed function by the digest of its inputs (the engine's code, the plan,
+    the settings): equal, the run skips without rendering it; different (another dbt-ivm, another
+    setting the function reads), it reinstalls saying why."""
+    _orders_and_customers(pg_conn)
+    state = "dbt_ivm.immediate_state"
+    installed = value(pg_conn, f"SELECT digest FROM {state} WHERE stream_table = 'public.order_details'")
+    again = refresh(pg_conn, "order_details", ORDER_DETAILS, refresh_mode="immediate")
+    assert again.action == "SKIP", again.summary()
+    execute(
+        pg_conn, f"UPDATE {state} SET digest = 'another version' WHERE stream_table = 'public.order_details'"
+    )
+    result = refresh(pg_conn, "order_details", ORDER_DETAILS, refresh_mode="immediate")
+    assert result.action == "REBUILD" and "dbt-ivm version" in (result.reason or ""), result.summary()
+    assert (
+        value(pg_conn, f"SELECT digest FROM {state} WHERE stream_table = 'public.order_details'") == installed
+    )
+    # user_triggers='on' renders explicit DML into the function: another function, reinstalled.
+    result = refresh(pg_conn, "order_details", ORDER_DETAILS, refresh_mode="immediate", user_triggers="on")
+    assert result.action == "REBUILD", result.summary()
+    assert (
+        value(pg_conn, f"SELECT digest FROM {state} WHERE stream_table = 'public.order_details'") != installed
+    )
+    execute(pg_conn, "INSERT INTO orders VALUES (961, 1, 5)")
+    _check_all(pg_conn, STREAMS, "after the reinstalls")
+
+
+@pytest.mark.server_version
 def test_maintenance_and_call_run_in_dbts_time_zone(pg_conn: Any, pg_dsn: str) -> None:
     """A timestamptz cast to a date or to text, or truncated to a day, depends on the session's time
     zone. The stream table holds what the query gives in `dbt run`'s session, whatever zone the writer

@@ -305,7 +305,9 @@ def test_two_catalogs_capture_one_source_and_a_missing_trigger_grant_is_named(
     )
     other = as_role(second)
     options = {"catalog_schema": "second_ivm", "refresh_mode": "differential"}
-    with pytest.raises(Exception, match=r"TRIGGER privilege on source public\.orders.*GRANT TRIGGER ON public\.orders TO"):
+    with pytest.raises(
+        Exception, match=r"TRIGGER privilege on source public\.orders.*GRANT TRIGGER ON public\.orders TO"
+    ):
         refresh(other, "amounts_2", AMOUNTS, **options)
     execute(pg_conn, f"GRANT TRIGGER ON orders TO {q(second)}")
     assert refresh(other, "amounts_2", AMOUNTS, **options).action == "CREATE"

@@ -78,7 +78,11 @@ def shared_session(warehouse: Path) -> Any:
     # fast_start (C1-only JIT, serial GC) is for a `dbt run` of a few minutes; this session plans and
     # runs queries for up to an hour, where the full JIT pays back its warm-up many times (20 query
     # shapes refreshed thrice: 164 s with it, 138 s without, 1.5x faster per cycle once warm).
-    settings = SessionSettings(warehouse=warehouse, conf=thrift, fast_start=False)
+    # DBT_IVM_TEST_SPARK_CONF="key=value,key=value": settings to try on the test session (by hand).
+    extra = dict(
+        item.split("=", 1) for item in os.environ.get("DBT_IVM_TEST_SPARK_CONF", "").split(",") if "=" in item
+    )
+    settings = SessionSettings(warehouse=warehouse, conf={**thrift, **extra}, fast_start=False)
     return get_or_create_session(settings)
 
 

@@ -473,9 +473,10 @@ def storage(db: Db, stream_table: str, sources: list[TableInfo]) -> object:
     return db.value(storage_sql(stream_table, sources).replace("%", "%%"))
 
 
-def digest(function: str) -> str:
-    """What an installed function is compared by: its text and the version of this module."""
-    return hashlib.sha256(f"{IMMEDIATE_VERSION}\n{function}".encode()).hexdigest()
+def digest(inputs: str) -> str:
+    """What an installed function is compared by: the digest of what it was rendered from
+    (runner._immediate_digest) and the version of this module."""
+    return hashlib.sha256(f"{IMMEDIATE_VERSION}\n{inputs}".encode()).hexdigest()
 
 
 def pinned_settings(db: Db) -> str:
@@ -524,9 +525,12 @@ def _triggers(prefix: str, source: int, target: str, function: str) -> dict[str,
 TRIGGERS_PER_TABLE = 5
 
 
-def install(db: Db, catalog: str, stream_table: str, sources: list[TableInfo], function: str) -> None:
+def install(
+    db: Db, catalog: str, stream_table: str, sources: list[TableInfo], function: str, inputs: str
+) -> None:
     """Create the function and its triggers on every table of every source's tree, in the caller's
-    transaction (CREATE TRIGGER locks each source against writes until it commits)."""
+    transaction (CREATE TRIGGER locks each source against writes until it commits). `inputs`: the
+    digest of what `function` was rendered from, kept to compare later runs' by."""
     remove(db, catalog, stream_table)
     db.execute(function)
     name = qn(catalog, function_name(stream_table))
@@ -541,7 +545,7 @@ def install(db: Db, catalog: str, stream_table: str, sources: list[TableInfo], f
                 db.attempt(f"ALTER TABLE {target} ENABLE ALWAYS TRIGGER {trigger}", INSUFFICIENT_PRIVILEGE)
     db.execute(
         f"INSERT INTO {qn(catalog, STATE_TABLE)} (stream_table, writes, storage, digest) VALUES (%s, 0, %s, %s)",
-        (stream_table, json.dumps(storage(db, stream_table, sources)), digest(function)),
+        (stream_table, json.dumps(storage(db, stream_table, sources)), digest(inputs)),
     )
     db.execute(
         f"INSERT INTO {qn(catalog, TURNS_TABLE)} (stream_table, stripe, writes) "
@@ -577,7 +581,7 @@ def subscribed(db: Db, source: TableInfo) -> bool:
 
 
 def reinstall_reason(
-    db: Db, catalog: str, stream_table: str, sources: list[TableInfo], function: str
+    db: Db, catalog: str, stream_table: str, sources: list[TableInfo], inputs: str
 ) -> str | None:
     """Why the installed maintenance cannot be trusted to have kept the stream table right (None: it can)."""
     installed = db.one(
@@ -585,7 +589,7 @@ def reinstall_reason(
     )
     if installed is None:
         return "its immediate maintenance is not installed"
-    if installed[0] != digest(function):
+    if installed[0] != digest(inputs):
         return "its immediate maintenance was installed for another query, schema or dbt-ivm version"
     stripes = db.value(
         f"SELECT count(*) FROM {qn(catalog, TURNS_TABLE)} WHERE stream_table = %s", (stream_table,)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from sqlglot import exp
 from dbt_ivm import cost, lifecycle, run_settings
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo, qualified_name, views_digest
+from dbt_ivm.code_digest import engine_digest
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.compact import needs_netting, text_changes
@@ -466,7 +468,12 @@ class PostgresBackend:
             db.execute(f"DROP TABLE IF EXISTS {relation}")
             procedure.remove(db, spec.catalog_schema, _key(spec))  # writers keep it: nothing to CALL
             immediate.install(
-                db, spec.catalog_schema, _key(spec), compiled.sources, _immediate_function(db, spec, compiled)
+                db,
+                spec.catalog_schema,
+                _key(spec),
+                compiled.sources,
+                _immediate_function(db, spec, compiled),
+                _immediate_digest(db, spec, compiled),
             )
             layout, contents = _contents(compiled, sql)
             rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
@@ -496,9 +503,12 @@ class PostgresBackend:
             if reason is None and subscribed is not None:
                 reason = f"a logical replication subscription now writes {subscribed}"
             if reason is None:
-                function = _immediate_function(db, spec, compiled)
                 reason = immediate.reinstall_reason(
-                    db, spec.catalog_schema, _key(spec), compiled.sources, function
+                    db,
+                    spec.catalog_schema,
+                    _key(spec),
+                    compiled.sources,
+                    _immediate_digest(db, spec, compiled),
                 )
             if reason is None:
                 reason = outside_writes.reason(db, spec.catalog_schema, _key(spec))
@@ -626,13 +636,41 @@ def _refuse_for_immediate(db: Db, spec: StreamTableSpec, compiled: Compiled) -> 
             )
 
 
+def _immediate_conflicts(db: Db, compiled: Compiled) -> list[list[exp.Column]] | None:
+    assert compiled.plan is not None and compiled.layout is not None
+    conflicts = immediate_keys.conflict_columns(compiled.plan, compiled.layout, compiled.sources)
+    if conflicts is not None and not immediate.hashable(db, _column_types(compiled.sources, conflicts)):
+        return None
+    return conflicts
+
+
+def _immediate_digest(db: Db, spec: StreamTableSpec, compiled: Compiled) -> str:
+    """What `_immediate_function` renders from, digested: the engine's code, the plan, layout and
+    sources, the model's settings it reads and the database's. A run compares it with the installed
+    function's instead of rendering the function again (seconds, for a query with many subqueries)."""
+    parts = (
+        engine_digest(),
+        compiled.plan,
+        compiled.layout,
+        compiled.sources,
+        list(compiled.call_types.values()),  # keyed by id(): their order is the plan's
+        compiled.output_types,
+        compiled.hashed,
+        compiled.equal_keys,
+        compiled.shape,
+        compiled.views_digest,
+        (spec.schema, spec.name, spec.catalog_schema, spec.user_triggers),
+        _immediate_conflicts(db, compiled),
+        immediate.pinned_settings(db),
+    )
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
 def _immediate_function(db: Db, spec: StreamTableSpec, compiled: Compiled) -> str:
     """The trigger function that maintains `spec`'s table inside every writer's transaction."""
     assert compiled.plan is not None and compiled.layout is not None
     key = _key(spec)
-    conflicts = immediate_keys.conflict_columns(compiled.plan, compiled.layout, compiled.sources)
-    if conflicts is not None and not immediate.hashable(db, _column_types(compiled.sources, conflicts)):
-        conflicts = None
+    conflicts = _immediate_conflicts(db, compiled)
     statements = immediate_sql.statements(
         compiled.plan,
         compiled.layout,
