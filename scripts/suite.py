@@ -61,22 +61,22 @@ def ci_jobs() -> list[Job]:
     others = [f"--ignore={path}" for path in SPARK_ORACLE + SPARK_PROCESSES]
     postgres = ["--backend=postgres", "--ignore=tests/spark", "--ignore=integration_tests/tests/spark"]
     jobs = [
-        Job("pg18", "every PostgreSQL and backend-free test, PostgreSQL 18", 19.4, postgres),
+        Job("pg18", "every PostgreSQL and backend-free test, PostgreSQL 18", 16.7, postgres),
         Job(
-            "spark-oracle", "Spark: query shapes, TPC-H, randomized", 18.9, ["--backend=spark", *SPARK_ORACLE]
+            "spark-oracle", "Spark: query shapes, TPC-H, randomized", 17.7, ["--backend=spark", *SPARK_ORACLE]
         ),
-        Job("spark-procs", "Spark: a cluster, kill points", 6.9, ["--backend=spark", *SPARK_PROCESSES]),
-        Job("spark-rest", "Spark: the other engine tests", 16.9, ["--backend=spark", "tests/spark", *others]),
+        Job("spark-procs", "Spark: a cluster, kill points", 5.4, ["--backend=spark", *SPARK_PROCESSES]),
+        Job("spark-rest", "Spark: the other engine tests", 14.0, ["--backend=spark", "tests/spark", *others]),
         Job(
             "spark-dbt",
             "Spark: dbt-spark, PySpark",
-            6.4,
+            4.9,
             ["--backend=spark", "integration_tests/tests/spark"],
         ),
     ]
     if (PG15_BIN / "postgres").exists():
         version = ["tests/postgres", "-m", "server_version", f"--pg-bin={PG15_BIN}"]
-        jobs.append(Job("pg15", "what depends on the server version, PostgreSQL 15", 5.2, version))
+        jobs.append(Job("pg15", "what depends on the server version, PostgreSQL 15", 4.2, version))
     return jobs
 
 
