@@ -472,8 +472,7 @@ class PostgresBackend:
                 spec.catalog_schema,
                 _key(spec),
                 compiled.sources,
-                _immediate_function(db, spec, compiled),
-                _immediate_digest(db, spec, compiled),
+                *_immediate_function_and_digest(db, spec, compiled),
             )
             layout, contents = _contents(compiled, sql)
             rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
@@ -508,7 +507,7 @@ class PostgresBackend:
                     spec.catalog_schema,
                     _key(spec),
                     compiled.sources,
-                    _immediate_digest(db, spec, compiled),
+                    _immediate_digest(db, spec, compiled, _immediate_conflicts(db, compiled)),
                 )
             if reason is None:
                 reason = outside_writes.reason(db, spec.catalog_schema, _key(spec))
@@ -644,7 +643,16 @@ def _immediate_conflicts(db: Db, compiled: Compiled) -> list[list[exp.Column]] |
     return conflicts
 
 
-def _immediate_digest(db: Db, spec: StreamTableSpec, compiled: Compiled) -> str:
+def _immediate_function_and_digest(db: Db, spec: StreamTableSpec, compiled: Compiled) -> tuple[str, str]:
+    conflicts = _immediate_conflicts(db, compiled)
+    return _immediate_function(db, spec, compiled, conflicts), _immediate_digest(
+        db, spec, compiled, conflicts
+    )
+
+
+def _immediate_digest(
+    db: Db, spec: StreamTableSpec, compiled: Compiled, conflicts: list[list[exp.Column]] | None
+) -> str:
     """What `_immediate_function` renders from, digested: the engine's code, the plan, layout and
     sources, the model's settings it reads and the database's. A run compares it with the installed
     function's instead of rendering the function again (seconds, for a query with many subqueries)."""
@@ -660,17 +668,18 @@ def _immediate_digest(db: Db, spec: StreamTableSpec, compiled: Compiled) -> str:
         compiled.shape,
         compiled.views_digest,
         (spec.schema, spec.name, spec.catalog_schema, spec.user_triggers),
-        _immediate_conflicts(db, compiled),
+        conflicts,
         immediate.pinned_settings(db),
     )
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def _immediate_function(db: Db, spec: StreamTableSpec, compiled: Compiled) -> str:
+def _immediate_function(
+    db: Db, spec: StreamTableSpec, compiled: Compiled, conflicts: list[list[exp.Column]] | None
+) -> str:
     """The trigger function that maintains `spec`'s table inside every writer's transaction."""
     assert compiled.plan is not None and compiled.layout is not None
     key = _key(spec)
-    conflicts = _immediate_conflicts(db, compiled)
     statements = immediate_sql.statements(
         compiled.plan,
         compiled.layout,
