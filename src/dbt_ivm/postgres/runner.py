@@ -406,16 +406,8 @@ class PostgresBackend:
                         # install once, re-checking under the lock.
                         capture.lock_installs(db)
                         reason = capture.reinstall_reason(db, spec.catalog_schema, source)
-                        lacking = capture.lacking_trigger_privilege(db, source) if reason is not None else []
-                        if lacking:
-                            role = str(db.value("SELECT pg_catalog.quote_ident(current_user)"))
-                            raise MissingPrivilege(
-                                spec.model, "TRIGGER", lacking, role, "capturing its changes needs"
-                            )
                         if reason is not None:
-                            taken = capture.taken_trigger_names(db, spec.catalog_schema, source)
-                            if taken:
-                                raise TriggerNameTaken(spec.model, f"source {source.qualified}", taken)
+                            _refuse_what_capture_cannot_install(db, spec, source)
                             capture.repair(db, spec.catalog_schema, source, reason)
         return compiled
 
@@ -602,6 +594,18 @@ def _mode_change(registered: registry.Registered, spec: StreamTableSpec) -> str 
     if registered.refresh_mode != spec.refresh_mode and "immediate" in modes:
         return f"refresh_mode changed from '{registered.refresh_mode}' to '{spec.refresh_mode}'"
     return None
+
+
+def _refuse_what_capture_cannot_install(db: Db, spec: StreamTableSpec, source: TableInfo) -> None:
+    """Triggers on `source` the dbt role may not create, or a user's trigger under capture's names:
+    refused by name before capture is (re)installed."""
+    lacking = capture.lacking_trigger_privilege(db, source)
+    if lacking:
+        role = str(db.value("SELECT pg_catalog.quote_ident(current_user)"))
+        raise MissingPrivilege(spec.model, "TRIGGER", lacking, role, "capturing its changes needs")
+    taken = capture.taken_trigger_names(db, spec.catalog_schema, source)
+    if taken:
+        raise TriggerNameTaken(spec.model, f"source {source.qualified}", taken)
 
 
 def _refuse_for_immediate_config(spec: StreamTableSpec) -> None:
