@@ -355,6 +355,11 @@ NESTED_JOINS = {
         "SELECT r.i AS r, s.i AS s, t.j AS t, u.j AS u FROM base_r r LEFT JOIN base_s s ON r.i = s.i "
         "FULL JOIN (base_t t FULL JOIN base_u u ON t.j = u.j) ON s.j = t.j"
     ),
+    # odd aliases: the nest's columns are renamed, its aliases kept as written
+    "odd_aliases_nested": (
+        'SELECT "R x".i AS "r i", "S;x".j AS "s""j", "T".j AS t FROM base_r "R x" LEFT JOIN '
+        '(base_s "S;x" CROSS JOIN base_t "T") ON "R x".i = "S;x".i'
+    ),
     "full_of_left_of_inner": (
         "SELECT r.i AS r, s.j AS s, t.j AS t, u.i AS u FROM base_r r FULL JOIN (base_s s LEFT JOIN "
         "(base_t t JOIN base_u u ON t.j = u.j) ON s.j = u.i) ON r.i = s.i"
