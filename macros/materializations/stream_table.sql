@@ -81,6 +81,7 @@
       'target_lag': config.get('target_lag', none),
       'schedule': config.get('schedule', none),
       'invocation_id': invocation_id,
+      'dbt_project': project_name,
   }) }}
 {% endmacro %}
 
@@ -110,8 +111,9 @@
 
 
 {#-
-  Once per run and catalog schema (the adapter remembers): a warning for each stream table registered
-  in one of this project's schemas that none of its enabled models builds any more.
+  Once per run and catalog schema (the adapter remembers), for each stream table registered in one of
+  this project's schemas that none of its enabled models builds any more: this project's own are
+  unregistered (their tables kept, a line logged for each), another's are warned about.
 -#}
 {% macro ivm_warn_unused_registrations(catalog_schema) %}
   {%- set stream_tables = [] -%}
@@ -122,8 +124,13 @@
       {%- do stream_tables.append([node.schema, node.alias]) -%}
     {%- endif -%}
   {%- endfor -%}
-  {%- for message in adapter.ivm_unused_registrations(invocation_id, catalog_schema, stream_tables, schemas) -%}
-    {% do exceptions.warn(message) %}
+  {%- for level, message in adapter.ivm_unused_registrations(
+        invocation_id, catalog_schema, stream_tables, schemas, project_name) -%}
+    {%- if level == 'info' -%}
+      {{ log(message, info=True) }}
+    {%- else -%}
+      {% do exceptions.warn(message) %}
+    {%- endif -%}
   {%- endfor -%}
 {% endmacro %}
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from dbt_ivm.errors import IvmError
 from dbt_ivm.scheduling import Outcome
 from dbt_ivm.status import HistoryRow, StreamTableStatus
+from dbt_ivm.unused import RegisteredTable
 
 
 class Operations(Protocol):
@@ -27,7 +28,7 @@ class Operations(Protocol):
 
     def gc(self, catalog: str) -> list[str]: ...
 
-    def relations(self, catalog: str) -> list[tuple[str, str, str]]: ...
+    def relations(self, catalog: str) -> list[RegisteredTable]: ...
 
     def refresh(self, catalog: str, names: Sequence[str]) -> list[Outcome]: ...
 
@@ -64,7 +65,7 @@ class PostgresOperations:
 
         return registrations.forget_missing(self.db, catalog)
 
-    def relations(self, catalog: str) -> list[tuple[str, str, str]]:
+    def relations(self, catalog: str) -> list[RegisteredTable]:
         from dbt_ivm.postgres import registrations
 
         return registrations.registered_relations(self.db, catalog)
@@ -105,7 +106,7 @@ class SparkOperations:
 
         return registrations.forget_missing(self.spark, catalog)
 
-    def relations(self, catalog: str) -> list[tuple[str, str, str]]:
+    def relations(self, catalog: str) -> list[RegisteredTable]:
         from dbt_ivm.spark import registrations
 
         return registrations.registered_relations(self.spark, catalog)

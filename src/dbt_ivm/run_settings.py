@@ -5,7 +5,7 @@ what changed in them since (`changes`), which `on_configuration_change` applies,
 >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1", notify_channel="c")
 >>> kept = encoded(of(spec))
 >>> kept
-'{"full_refresh_threshold": 0.5, "notify_channel": "c", "refresh_mode": "auto", "schedule": null, "table_properties": {}, "target_lag_seconds": null, "user_triggers": "auto"}'
+'{"dbt_project": null, "full_refresh_threshold": 0.5, "notify_channel": "c", "refresh_mode": "auto", "schedule": null, "table_properties": {}, "target_lag_seconds": null, "user_triggers": "auto"}'
 >>> plain = StreamTableSpec(model="m", schema="s", name="m", sql="select 1")
 >>> applied(plain, kept).notify_channel
 'c'
@@ -23,8 +23,14 @@ from dbt_ivm.spec import RefreshMode, StreamTableSpec, UserTriggers
 KEEPER = "dbt"
 
 
+# The dbt project whose run kept them: not a setting of the model (never a configuration change), but
+# what lets a later run of that project tell its own registrations from another project's (unused.py).
+PROJECT = "dbt_project"
+
+
 def of(spec: StreamTableSpec) -> dict[str, Any]:
     return {
+        PROJECT: spec.dbt_project,
         "full_refresh_threshold": spec.full_refresh_threshold,
         "notify_channel": spec.notify_channel,
         "refresh_mode": spec.refresh_mode,
@@ -91,9 +97,20 @@ def changes(spec: StreamTableSpec, refresh_mode: str, kept: str | dict[str, Any]
     )
     stored = (json.loads(kept) if isinstance(kept, str) else kept) or {}
     for name, value in of(spec).items():
-        if name != "refresh_mode" and name in stored and stored[name] != value:
+        if name not in ("refresh_mode", PROJECT) and name in stored and stored[name] != value:
             found.append(f"{name}: {stored[name]!r} -> {value!r}")
     return found
+
+
+def kept_project(kept: str | dict[str, Any] | None) -> str | None:
+    """The dbt project recorded with a registration's settings (None: none was).
+
+    >>> kept_project('{"dbt_project": "shop"}'), kept_project(None)
+    ('shop', None)
+    """
+    stored = (json.loads(kept) if isinstance(kept, str) else kept) or {}
+    project = stored.get(PROJECT)
+    return str(project) if project else None
 
 
 def dropped_properties(spec: StreamTableSpec, kept: str | dict[str, Any] | None) -> list[str]:

@@ -32,6 +32,9 @@ class StreamTableSpec:
     initiated_by: str = "dbt"
     # The dbt invocation that ran it (dbt's `invocation_id`), kept in its history row.
     invocation_id: str | None = None
+    # The dbt project of its model (dbt_project.yml's `name`), kept with its registration: a later run
+    # of that project unregisters it once no enabled model builds it (dbt_ivm.unused).
+    dbt_project: str | None = None
     # Spark: the stream table's Iceberg table properties (dbt-spark's `tblproperties` config), e.g.
     # write.merge.mode=merge-on-read; set at create and whenever they differ from the table's.
     table_properties: dict[str, str] = field(default_factory=dict)

@@ -352,6 +352,27 @@ def test_cli_drop(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) ->
     assert value(shop, f"SELECT count(*) FROM {CATALOG}.change_buffers") == 0
 
 
+def test_a_project_is_recorded_and_an_unregistered_table_kept_plain(shop: Any) -> None:
+    """#58 item 5: a dbt run records its project with the registration, and unregistering a stream
+    table whose model is gone (`dbt run` does it for its own project's) keeps a plain table: no
+    capture on its sources, no guard noting writes to it, nothing kept for it in the catalog."""
+    for name, sql in STREAMS.items():
+        refresh(shop, name, sql, refresh_mode="differential", initiated_by="dbt", dbt_project="shop")
+    found = registrations.registered_relations(Db(shop), CATALOG)
+    assert {(r.key, r.project) for r in found} == {(f"public.{n}", "shop") for n in STREAMS}
+    guard = f"SELECT count(*) FROM pg_trigger WHERE tgname = '{outside_writes.TRIGGER}'"
+    assert value(shop, guard) == 2
+    execute(shop, "UPDATE big_orders SET amount = amount + 1 WHERE id = 11")  # noted, then forgotten
+    for name in STREAMS:
+        assert registrations.drop_registration(Db(shop), CATALOG, f"public.{name}", drop_table=False)
+    assert registered(shop) == [] and capture_triggers(shop) == 0 and value(shop, guard) == 0
+    assert value(shop, f"SELECT count(*) FROM {CATALOG}.change_buffers") == 0
+    assert value(shop, f"SELECT count(*) FROM {CATALOG}.{outside_writes.TABLE}") == 0
+    execute(shop, "DELETE FROM big_orders; INSERT INTO orders VALUES (99, 'c1', 5, NULL)")
+    assert value(shop, "SELECT count(*) FROM customer_totals") == 4  # a plain table, as it was left
+    assert value(shop, f"SELECT count(*) FROM {CATALOG}.{outside_writes.TABLE}") == 0
+
+
 def test_cli_drop_unknown(shop: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["drop", "public.no_such_table", "--dsn", pg_dsn]) == 1
     err = capsys.readouterr().err

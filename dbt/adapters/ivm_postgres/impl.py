@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg2
 from dbt.adapters.base.meta import available
@@ -25,13 +26,15 @@ from dbt.adapters.ivm_postgres.stream_table_config import (
     naming_the_model,
     reporting_statements,
     result_fields,
-    unused_registration_warnings,
+    tend_unused_registrations,
 )
 from dbt.adapters.postgres.impl import PostgresAdapter
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
 from dbt_ivm.errors import IvmError
 from dbt_ivm.unused import Project
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     pass
@@ -163,25 +166,32 @@ class IvmPostgresAdapter(CatalogOfStreamTables, PostgresAdapter):
 
     @available.parse(lambda *args, **kwargs: [])
     def ivm_unused_registrations(
-        self, invocation_id: str, catalog_schema: str, stream_tables: list[list[str]], schemas: list[str]
-    ) -> list[str]:
-        """Warnings, once per run, for stream tables registered in `catalog_schema` that none of the
-        project's enabled models builds (their sources' changes keep being captured)."""
+        self,
+        invocation_id: str,
+        catalog_schema: str,
+        stream_tables: list[list[str]],
+        schemas: list[str],
+        project_name: str | None = None,
+    ) -> list[tuple[str, str]]:
+        """Once per run: unregister the stream tables in `catalog_schema` this project registered and
+        none of its enabled models builds (their capture is removed with them), and warn about other
+        projects' (tend_unused_registrations); ("info" or "warn", message) pairs."""
         from dbt_ivm.postgres.db import Db
-        from dbt_ivm.postgres.registrations import registered_relations
+        from dbt_ivm.postgres.registrations import drop_registration, registered_relations
 
-        def relations() -> list[tuple[str, str, str]]:
+        def on_engine(work: Callable[[Db], T]) -> T:
             try:
-                return registered_relations(Db(self._engine_connection()), catalog_schema)
+                return work(Db(self._engine_connection()))
             except psycopg2.Error:
                 self._discard_engine_connection()
                 raise
 
-        return unused_registration_warnings(
+        return tend_unused_registrations(
             invocation_id,
             catalog_schema,
-            Project.of(stream_tables, schemas),
-            relations,
+            Project.of(stream_tables, schemas, project_name),
+            lambda: on_engine(lambda db: registered_relations(db, catalog_schema)),
+            lambda name: on_engine(lambda db: drop_registration(db, catalog_schema, name, drop_table=False)),
             "its sources' changes are still captured and kept for it",
         )
 
@@ -247,7 +257,7 @@ class IvmPostgresAdapter(CatalogOfStreamTables, PostgresAdapter):
             try:
                 differs = (relation.schema, relation.identifier) in {
                     (schema, table)
-                    for _, schema, table in registered_relations(
+                    for _, schema, table, _ in registered_relations(
                         Db(self._engine_connection()), catalog_schema
                     )
                 }

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 from dbt_ivm import cron
 from dbt_ivm.spec import OnConfigurationChange, RefreshMode, RefreshResult, StreamTableSpec, UserTriggers
-from dbt_ivm.unused import Project, unused
+from dbt_ivm.unused import Project, RegisteredTable, owned_orphans, unused
 
 DEFAULT_CATALOG_SCHEMA = "dbt_ivm"
 DEFAULT_FULL_REFRESH_THRESHOLD = 0.5
@@ -146,6 +146,7 @@ def build_spec(
         notify_channel=str(notify_channel) if notify_channel else None,
         initiated_by="dbt",
         invocation_id=str(config["invocation_id"]) if config.get("invocation_id") else None,
+        dbt_project=str(config["dbt_project"]) if config.get("dbt_project") else None,
         table_properties=_table_properties(model_name, config.get("tblproperties")),
         target_lag_seconds=lag,
         schedule=cron_schedule,
@@ -235,22 +236,26 @@ _unused_checked: set[tuple[str, str]] = set()
 _unused_lock = threading.Lock()
 
 
-def unused_registration_warnings(
+def tend_unused_registrations(
     invocation_id: str,
     catalog_schema: str,
     project: Project,
-    relations: Callable[[], list[tuple[str, str, str]]],
+    relations: Callable[[], list[RegisteredTable]],
+    unregister: Callable[[str], object],
     consequence: str,
-) -> list[str]:
-    """Once per dbt invocation and catalog schema: a warning per registered stream table that no
-    enabled model of the project builds (dbt_ivm.unused); `relations` lists the registrations. A
-    check that cannot read them warns so instead of failing the model:
+) -> list[tuple[str, str]]:
+    """Once per dbt invocation and catalog schema: unregister (`unregister`, keeping the table) each
+    stream table this project registered that none of its enabled models builds any more, and warn
+    about those another project, or no recorded project, registered in its schemas (dbt_ivm.unused);
+    `relations` lists the registrations. Returns ("info" or "warn", message) pairs, one per stream
+    table. Nothing here fails the model that ran it: a check or an unregistration that fails is a
+    warning:
 
-    >>> def unreadable() -> list[tuple[str, str, str]]:
+    >>> def unreadable() -> list[RegisteredTable]:
     ...     raise PermissionError("permission denied for table stream_tables")
-    >>> unused_registration_warnings("run-1", "dbt_ivm", Project.of([], []), unreadable, "")
-    ['could not look for stream tables in dbt_ivm that no model builds: permission denied for table stream_tables']
-    >>> unused_registration_warnings("run-1", "dbt_ivm", Project.of([], []), unreadable, "")
+    >>> tend_unused_registrations("run-1", "dbt_ivm", Project.of([], []), unreadable, print, "")
+    [('warn', 'could not look for stream tables in dbt_ivm that no model builds: permission denied for table stream_tables')]
+    >>> tend_unused_registrations("run-1", "dbt_ivm", Project.of([], []), unreadable, print, "")
     []
     """
     with _unused_lock:
@@ -260,15 +265,55 @@ def unused_registration_warnings(
     try:
         registered = relations()
     except Exception as error:  # a warning's check must never fail the model that ran it
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return [f"could not look for stream tables in {catalog_schema} that no model builds: {reason}"]
-    return [
+        return [
+            (
+                "warn",
+                f"could not look for stream tables in {catalog_schema} that no model builds: {_first_line(error)}",
+            )
+        ]
+    owned = set(owned_orphans(registered, project))
+    messages: list[tuple[str, str]] = []
+    for name in unused(registered, project):
+        if name not in owned:
+            messages.append(
+                (
+                    "warn",
+                    _foreign_orphan(name, catalog_schema, _who_registered(registered, name), consequence),
+                )
+            )
+            continue
+        gone = f"no enabled model of project {project.name} builds it any more (deleted, disabled or renamed)"
+        try:
+            unregister(name)
+        except Exception as error:  # as above: warned, and tried again by the next run
+            messages.append(
+                ("warn", f"stream table {name}: could not unregister it ({gone}): {_first_line(error)}")
+            )
+            continue
+        messages.append(
+            ("info", f"stream table {name}: unregistered, {gone}; its table was kept as a plain table")
+        )
+    return messages
+
+
+def _foreign_orphan(name: str, catalog_schema: str, registered_by: str, consequence: str) -> str:
+    return (
         f"stream table {name} is registered in {catalog_schema} but no enabled model of this project "
-        f"builds it (deleted, disabled or renamed): {consequence}. Unregister it with "
-        f"`dbt-ivm drop {name} --keep-table` (or `dbt-ivm gc --manifest target/manifest.json`), or "
+        f"builds it (deleted, disabled or renamed), and {registered_by}: {consequence}. Unregister it "
+        f"with `dbt-ivm drop {name} --keep-table` (or `dbt-ivm gc --manifest target/manifest.json`), or "
         "enable its model again"
-        for name in unused(registered, project)
-    ]
+    )
+
+
+def _who_registered(registered: list[RegisteredTable], name: str) -> str:
+    project = next(r.project for r in registered if r.key == name)
+    if project is None:
+        return "no dbt run recorded its project (it was registered before projects were)"
+    return f"dbt project {project!r} registered it"
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 HIDDEN_COLUMN_PREFIX = "__ivm_"

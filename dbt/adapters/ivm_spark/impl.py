@@ -175,22 +175,29 @@ class IvmSparkAdapter(CatalogOfStreamTables, SparkAdapter):
 
     @available.parse(lambda *args, **kwargs: [])
     def ivm_unused_registrations(
-        self, invocation_id: str, catalog_schema: str, stream_tables: list[list[str]], schemas: list[str]
-    ) -> list[str]:
-        """Warnings, once per run, for stream tables registered in `catalog_schema` that none of the
-        project's enabled models builds (nothing refreshes them any more)."""
-        from dbt.adapters.ivm_postgres.stream_table_config import unused_registration_warnings
+        self,
+        invocation_id: str,
+        catalog_schema: str,
+        stream_tables: list[list[str]],
+        schemas: list[str],
+        project_name: str | None = None,
+    ) -> list[tuple[str, str]]:
+        """Once per run: unregister the stream tables in `catalog_schema` this project registered and
+        none of its enabled models builds, and warn about other projects' (tend_unused_registrations);
+        ("info" or "warn", message) pairs."""
+        from dbt.adapters.ivm_postgres.stream_table_config import tend_unused_registrations
 
-        from dbt_ivm.spark.registrations import registered_relations
+        from dbt_ivm.spark.registrations import drop_registration, registered_relations
         from dbt_ivm.unused import Project
 
         if not self._has_refresh_driver():
             return []
-        return unused_registration_warnings(
+        return tend_unused_registrations(
             invocation_id,
             catalog_schema,
-            Project.of(stream_tables, schemas),
+            Project.of(stream_tables, schemas, project_name),
             lambda: registered_relations(self.spark_session(), catalog_schema),
+            lambda name: drop_registration(self.spark_session(), catalog_schema, name, drop_table=False),
             "nothing refreshes it any more",
         )
 

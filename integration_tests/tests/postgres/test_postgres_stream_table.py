@@ -623,38 +623,78 @@ class TestScheduleConfig:
         assert "model both_totals: configs schedule='@hourly' and target_lag='5 minutes'" in both.message
 
 
+REFUNDS_CSV = """
+id,amount
+1,5
+2,7
+""".lstrip()
+
+REFUND_TOTAL_SQL = """
+{{ config(materialized='stream_table') }}
+select count(*) as refunds, sum(amount) as refunded from {{ ref('refunds') }}
+"""
+
+
 class TestUnusedRegistrations:
-    """A stream-table model deleted from the project leaves its table and registration (and its
-    sources' capture): dbt run warns once per run, `dbt-ivm gc --manifest` unregisters it."""
+    """#58 item 5. A stream-table model deleted from the project leaves its table and registration
+    (and its sources' capture): the next dbt run unregisters it when this project registered it (one
+    line logged, the table kept plain, capture no one needs removed) and warns, once per run, about
+    one another project registered; `dbt-ivm gc --manifest` unregisters that one."""
 
     @pytest.fixture(scope="class")
     def seeds(self) -> dict[str, str]:
-        return {"orders.csv": SEED_CSV}
+        return {"orders.csv": SEED_CSV, "refunds.csv": REFUNDS_CSV}
 
     @pytest.fixture(scope="class")
     def models(self) -> dict[str, str]:
         return {
             "customer_totals.sql": CUSTOMER_TOTALS_SQL,
             "old_totals.sql": CUSTOMER_TOTALS_SQL,
+            "refund_total.sql": REFUND_TOTAL_SQL,
             "orders_copy.sql": ORDERS_COPY_SQL,
         }
 
-    def test_warned_then_collected(self, project: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_unregistered_or_warned_then_collected(
+        self, project: Any, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         from pathlib import Path
 
         from dbt_ivm import cli
 
         run_dbt(["seed"])
         run_dbt(["run"])
+        name = project.adapter.config.project_name
+        kept = project.run_sql(
+            f'select count(*) from "{CATALOG}"."stream_tables" '
+            f"where schema_name = '{{schema}}' and run_settings ->> 'dbt_project' = '{name}'",
+            fetch="one",
+        )
+        assert kept[0] == 4, kept
+        refund_capture = "select count(*) from pg_trigger where tgrelid = '{schema}.refunds'::regclass"
+        assert project.run_sql(refund_capture, fetch="one")[0] > 0
         _, logs = run_dbt_and_capture(["run"])
-        assert "no enabled model of this project builds it" not in logs
-        (Path(project.project_root) / "models" / "old_totals.sql").unlink()
-        _, logs = run_dbt_and_capture(["run"])  # two stream-table models run: one warning
+        assert "no enabled model" not in logs
+        # As if another project (sharing the schema) had run old_totals last.
+        project.run_sql(
+            f'update "{CATALOG}"."stream_tables" set run_settings = '
+            "jsonb_set(run_settings, '{{dbt_project}}', '\"another_project\"') "
+            "where schema_name = '{schema}' and table_name = 'old_totals'"
+        )
+        for model in ("old_totals", "refund_total"):
+            (Path(project.project_root) / "models" / f"{model}.sql").unlink()
+        _, logs = run_dbt_and_capture(["run"])  # two stream-table models run: each line once
+        unregistered = f"stream table {project.test_schema}.refund_total: unregistered, no enabled model"
+        assert logs.count(unregistered) == 1, logs
+        assert (
+            not is_registered(project, "refund_total") and relation_kind(project, "refund_total") == "table"
+        )
+        assert project.run_sql(refund_capture, fetch="one")[0] == 0  # nobody reads refunds any more
+        project.run_sql("delete from {schema}.refund_total")  # a plain table now: nothing notes it
         warning = (
             f"stream table {project.test_schema}.old_totals is registered in {CATALOG} but no enabled model"
         )
         assert logs.count(warning) == 1, logs
-        assert "dbt-ivm drop" in logs
+        assert "dbt project 'another_project' registered it" in logs and "dbt-ivm drop" in logs
         assert is_registered(project, "old_totals")
 
         credentials = project.adapter.config.credentials
@@ -669,7 +709,7 @@ class TestUnusedRegistrations:
         assert not is_registered(project, "old_totals") and relation_kind(project, "old_totals") == "table"
         assert is_registered(project, "customer_totals") and is_registered(project, "orders_copy")
         _, logs = run_dbt_and_capture(["run"])
-        assert "no enabled model of this project builds it" not in logs
+        assert "no enabled model" not in logs and "outside dbt-ivm" not in logs
 
 
 def indexed_model(indexes: str, setting: str) -> str:

@@ -351,7 +351,11 @@ class TestRunsReadLikeDbtModels(OverPeopleSource):
         assert "contract" in failed.message.lower() and "data type mismatch" in failed.message, failed.message
         write_file(yml, project.project_root, "models", "schema.yml")
 
-        # A stream-table model deleted from the project: the next run warns about its registration.
+        # A stream-table model deleted from the project: the next run of the project unregisters it
+        # (#58 item 5), keeping its table.
         (Path(project.project_root) / "models" / "named.sql").unlink()
         _, logs = run_dbt_and_capture(["run", "--select", "later"])
-        assert f"stream table {s}.named is registered in dbt_ivm but no enabled model" in logs, logs
+        assert f"stream table {s}.named: unregistered, no enabled model of project" in logs, logs
+        registered = project.run_sql("select table_name from dbt_ivm.stream_tables", fetch="all")
+        assert "named" not in {r[0] for r in registered}, registered
+        assert project.run_sql(f"select count(*) from {s}.named", fetch="one")[0] == 2

@@ -102,6 +102,20 @@ def guard(db: Db, catalog: str, stream_table: str, relation: str, model: str) ->
     db.execute(f"ALTER TABLE {relation} ENABLE ALWAYS TRIGGER {q(TRIGGER)}")
 
 
+def unguard(db: Db, catalog: str, stream_table: str, relation: str) -> None:
+    """Take the guard off `relation`, a table no longer registered as `stream_table` (kept as a plain
+    table: writes to it are nobody's business), and forget the writes it noted."""
+    ours = db.value(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger AS t WHERE t.tgrelid = pg_catalog.to_regclass(%s) "
+        "AND t.tgname = %s AND t.tgfoid = pg_catalog.to_regprocedure(%s))",
+        (relation, TRIGGER, f"{qn(catalog, FUNCTION)}()"),
+    )
+    if ours:
+        db.execute(f"DROP TRIGGER {q(TRIGGER)} ON {relation}")
+    if db.value("SELECT pg_catalog.to_regclass(%s) IS NOT NULL", (qn(catalog, TABLE),)):
+        db.execute(f"DELETE FROM {qn(catalog, TABLE)} WHERE stream_table = %s", (stream_table,))
+
+
 def guarded_sql(relation: str) -> str:
     """SQL: `relation` has its guard trigger, always enabled (a user may have disabled it)."""
     return (

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dbt_ivm import run_settings
 from dbt_ivm.postgres import capture, immediate, in_database, outside_writes, procedure
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.in_database import refresh_lock_key
 from dbt_ivm.sqltext import lit, qn
 from dbt_ivm.status import HistoryRow, StreamTableStatus
+from dbt_ivm.unused import RegisteredTable
 
 # Serializes the sessions that unregister stream tables and remove capture here: two of them dropping
 # capture from several sources in different orders could deadlock.
@@ -98,12 +100,17 @@ def _try_lock(db: Db, key: str) -> bool:
     return bool(db.value("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (key,)))
 
 
-def registered_relations(db: Db, catalog: str) -> list[tuple[str, str, str]]:
-    """Every registration's (stream table, schema, table)."""
+def registered_relations(db: Db, catalog: str) -> list[RegisteredTable]:
+    """Every registration: its stream table, schema, table and the dbt project that last kept it."""
     if not catalog_exists(db, catalog):
         return []
-    rows = db.rows(f"SELECT stream_table, schema_name, table_name FROM {qn(catalog, 'stream_tables')}")
-    return [(str(key), str(schema), str(table)) for key, schema, table in rows]
+    rows = db.rows(
+        f"SELECT stream_table, schema_name, table_name, run_settings ->> {lit(run_settings.PROJECT)} "
+        f"FROM {qn(catalog, 'stream_tables')}"
+    )
+    return [
+        RegisteredTable(str(key), str(schema), str(table), project) for key, schema, table, project in rows
+    ]
 
 
 def list_registrations(db: Db, catalog: str) -> list[StreamTableStatus]:
@@ -246,8 +253,11 @@ def drop_registration(db: Db, catalog: str, stream_table: str, drop_table: bool)
             (stream_table,),
         )
         if row is not None:
+            relation = qn(str(row[0]), str(row[1]))
             if drop_table:
-                db.execute(f"DROP TABLE IF EXISTS {qn(str(row[0]), str(row[1]))}")
+                db.execute(f"DROP TABLE IF EXISTS {relation}")
+            else:
+                outside_writes.unguard(db, catalog, stream_table, relation)
             db.execute(f"DELETE FROM {qn(catalog, 'stream_tables')} WHERE stream_table = %s", (stream_table,))
             immediate.remove(db, catalog, stream_table)
             procedure.remove(db, catalog, stream_table)

@@ -24,6 +24,7 @@ from dbt_ivm.spark.changelog import start_gone, unavailable
 from dbt_ivm.spark.commit import INTERRUPTED_REBUILD, UNSTAMPED, current_stamp
 from dbt_ivm.spec import RefreshMode, StreamTableSpec
 from dbt_ivm.status import HistoryRow, StreamTableStatus
+from dbt_ivm.unused import RegisteredTable
 
 INITIATED_BY = "dbt-ivm refresh"
 
@@ -125,13 +126,18 @@ def _look(spark: Any, found: registry.Registration) -> Looked:
     return looked
 
 
-def registered_relations(spark: Any, catalog: str) -> list[tuple[str, str, str]]:
-    """Every registration's (stream table, schema, table); read between this process's registry
-    commits (dbt's other threads may be committing while this runs)."""
+def registered_relations(spark: Any, catalog: str) -> list[RegisteredTable]:
+    """Every registration: its stream table, schema, table and the dbt project that last kept it; read
+    between this process's registry commits (dbt's other threads may be committing while this runs)."""
     with registry.COMMIT_LOCK:
         if not catalog_exists(spark, catalog):
             return []
-        return [(r.stream_table, r.schema_name, r.table_name) for r in _registrations(spark, catalog)]
+        return [
+            RegisteredTable(
+                r.stream_table, r.schema_name, r.table_name, run_settings.kept_project(r.run_settings)
+            )
+            for r in _registrations(spark, catalog)
+        ]
 
 
 def list_registrations(spark: Any, catalog: str) -> list[StreamTableStatus]:
