@@ -16,38 +16,20 @@ theirs as ``__ivm_hash``, computed once. Spark's ``<=>`` is itself a join key, s
 A key that can never be NULL (a NOT NULL group key, a primary key no outer join pads) is matched by
 `=`, served by an index on the key columns themselves:
 
->>> match("t", ["k"], other, Target("postgres", hashes_keys=True, equal_keys=True)).sql("postgres")
+>>> match("t", ["k"], other, replace(POSTGRES, equal_keys=True)).sql("postgres")
 '"t"."k" = "r"."k"'
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace  # noqa: F401  (the examples')
 
 from sqlglot import exp
 
 from dbt_ivm.layout import HASH
 from dbt_ivm.sqltext import all_of, columns
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a stream table lives: the dialect its SQL is rendered in, and whether its rows are found
-    through an index on their key's hash (PostgreSQL, unless a key column's type has no hash function)
-    or, when no key column can be NULL (`layout.key_never_null`), by `=` on the key and an index on it."""
-
-    dialect: str
-    hashes_keys: bool
-    equal_keys: bool = False
-
-    def hashed(self, key: Sequence[str]) -> bool:
-        """Are rows keyed by `key` found by their hash? (Without a key there is one row: nothing to find.)"""
-        return self.hashes_keys and not self.equal_keys and bool(key)
-
-
-POSTGRES = Target("postgres", hashes_keys=True)
-SPARK = Target("spark", hashes_keys=False)
+from dbt_ivm.target import POSTGRES, SPARK, Target  # noqa: F401  (SPARK: the examples')
 
 
 def key_hash(expressions: Sequence[exp.Expr]) -> exp.Expr:

@@ -29,29 +29,30 @@ Three kinds of stream table:
 >>> from dbt_ivm.plan import build_plan
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
 ...                    Column("amount", "numeric")), ("id",))
->>> plan = build_plan("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
+>>> from dbt_ivm.target import POSTGRES
+>>> plan = build_plan(POSTGRES, "SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
 ...                   StaticCatalog([orders]), "customer_totals")
 >>> lay = layout_of(plan)
 >>> lay.kind, lay.key, lay.hidden, lay.recounted
 ('aggregate', ('customer',), (), ('__ivm_count', '__ivm_a0_nn'))
->>> distinct = build_plan("SELECT DISTINCT customer FROM orders", StaticCatalog([orders]), "buyers")
+>>> distinct = build_plan(POSTGRES, "SELECT DISTINCT customer FROM orders", StaticCatalog([orders]), "buyers")
 >>> layout_of(distinct).hidden  # nothing proves a group still has rows: its count is kept
 ('__ivm_count',)
->>> counted = build_plan("SELECT customer, COUNT(*) AS n FROM orders GROUP BY customer",
+>>> counted = build_plan(POSTGRES, "SELECT customer, COUNT(*) AS n FROM orders GROUP BY customer",
 ...                      StaticCatalog([orders]), "order_counts")
 >>> layout_of(counted).hidden, layout_of(counted).stored(COUNT)
 ((), 'n')
->>> shared = build_plan("SELECT customer, AVG(amount) AS mean, SUM(amount) AS total, COUNT(amount) AS n, "
+>>> shared = build_plan(POSTGRES, "SELECT customer, AVG(amount) AS mean, SUM(amount) AS total, COUNT(amount) AS n, "
 ...                     "COUNT(*) AS orders FROM orders GROUP BY customer", StaticCatalog([orders]), "stats")
 >>> layout_of(shared).hidden, layout_of(shared).stored("__ivm_a0_sum"), layout_of(shared).stored("__ivm_a0_nn")
 ((), 'total', 'n')
 >>> customers = TableInfo("public", "customers", (Column("id", "int"), Column("name", "text")), ("id",))
->>> plan = build_plan("SELECT o.id AS order_id, c.name FROM orders o JOIN customers c ON o.customer = c.name",
+>>> plan = build_plan(POSTGRES, "SELECT o.id AS order_id, c.name FROM orders o JOIN customers c ON o.customer = c.name",
 ...                   StaticCatalog([orders, customers]), "order_names")
 >>> lay = layout_of(plan)  # the order's key is a column of the query; the customer's is not
 >>> lay.kind, lay.key, lay.hidden
 ('keyed', ('order_id', '__ivm_k1_1'), ('__ivm_k1_1',))
->>> plan = build_plan("SELECT o.id AS order_id, c.name FROM orders o JOIN customers c ON o.id = c.id",
+>>> plan = build_plan(POSTGRES, "SELECT o.id AS order_id, c.name FROM orders o JOIN customers c ON o.id = c.id",
 ...                   StaticCatalog([orders, customers]), "order_names")
 >>> layout_of(plan).key, layout_of(plan).hidden  # on the customer's key: one customer per order
 (('order_id',), ())

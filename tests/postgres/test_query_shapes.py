@@ -14,6 +14,7 @@ import pytest
 from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 from dbt_ivm.errors import UnsupportedQuery
 from dbt_ivm.plan import build_plan
+from dbt_ivm.target import SPARK
 from tests.postgres.streams import TWENTY_ORDERS, execute, follow_writes, history, refresh, refresh_and_check
 from tests.postgres.test_randomized import seeded_shop
 
@@ -301,7 +302,7 @@ def test_whole_row_references_are_refused_by_name(pg_conn: Any) -> None:
         "SELECT id, hash(*) AS h FROM orders",
     ):
         with pytest.raises(UnsupportedQuery, match="whole-row reference"):
-            build_plan(spark_sql, StaticCatalog([orders]), "whole_row", dialect="spark")
+            build_plan(SPARK, spark_sql, StaticCatalog([orders]), "whole_row")
 
 
 def test_columns_without_equality_are_refused_by_name(pg_conn: Any) -> None:

@@ -26,9 +26,10 @@ from sqlglot import exp
 from dbt_ivm.apply import multiset
 from dbt_ivm.apply.statements import STORED, assignments, weight_is
 from dbt_ivm.delta.terms import aliased
-from dbt_ivm.keys import Target, changed, same_key, same_values
+from dbt_ivm.keys import changed, same_key, same_values
 from dbt_ivm.layout import Layout
 from dbt_ivm.sqltext import all_of, columns
+from dbt_ivm.target import Target
 
 ROWS = "r"
 

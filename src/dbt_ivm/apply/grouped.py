@@ -30,8 +30,9 @@ from dbt_ivm.apply.keyed import ACTION, PRESENT
 from dbt_ivm.apply.statements import STORED, delete_when, merge_into
 from dbt_ivm.delta.stream import GroupChange
 from dbt_ivm.delta.terms import aliased
-from dbt_ivm.keys import Target, key_hash
+from dbt_ivm.keys import key_hash
 from dbt_ivm.layout import COUNT, HASH
+from dbt_ivm.target import Target
 
 CHANGE = "d"  # the change per group's alias in the MERGE
 

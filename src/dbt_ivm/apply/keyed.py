@@ -3,7 +3,7 @@
 Consolidation sums weights of identical rows (an unchanged group's −1 and +1 rows cancel), then for
 each key keeps the row to write (+1, the new values) or, failing that, the row to remove (−1).
 
->>> from dbt_ivm.keys import POSTGRES
+>>> from dbt_ivm.target import POSTGRES
 >>> layout = Layout("aggregate", ("customer", "total"), ("__ivm_count",), ("customer",))
 >>> print(merge(layout, exp.to_table("rows"), exp.to_table("totals"), POSTGRES).sql("postgres", pretty=True))
 MERGE INTO totals AS "t"
@@ -34,9 +34,10 @@ from dbt_ivm.apply.statements import (
     weight_is,
 )
 from dbt_ivm.delta.terms import aliased
-from dbt_ivm.keys import Target, changed, hash_column, same_key, with_hash
+from dbt_ivm.keys import changed, hash_column, same_key, with_hash
 from dbt_ivm.layout import Layout
 from dbt_ivm.sqltext import WEIGHT, all_of, columns
+from dbt_ivm.target import Target
 
 RANK, ACTION, PRESENT = "__ivm_rank", "__ivm_action", "__ivm_present"
 # Per key of a checked delta: how many rows add, how many remove, the largest |weight|.
@@ -226,7 +227,7 @@ def classified_merge(
     """The MERGE of `classified_rows`' rows: each does what its action says. `span`: the rows'
     `KeySpan`, which no stored row outside can match (so the MERGE need not read it).
 
-    >>> from dbt_ivm.keys import SPARK
+    >>> from dbt_ivm.target import SPARK
     >>> layout = Layout("keyed", ("id",), (), ("id",))
     >>> span = KeySpan("id", exp.Literal.number(7), exp.Literal.number(9), holds_null=False)
     >>> sql = classified_merge(layout, exp.to_table("rows"), exp.to_table("st"), SPARK, span).sql("spark")
@@ -244,7 +245,7 @@ def counted_merge(layout: Layout, rows: exp.Expr, stream_table: exp.Table, targe
     """PostgreSQL ≥ 17: `merge`, answering how many rows it inserted, updated and deleted — one look
     at the stream table's rows where `counts` then `merge` take two.
 
-    >>> from dbt_ivm.keys import POSTGRES
+    >>> from dbt_ivm.target import POSTGRES
     >>> layout = Layout("aggregate", ("customer", "total"), ("__ivm_count",), ("customer",))
     >>> sql = counted_merge(layout, exp.to_table("rows"), exp.to_table("totals"), POSTGRES).sql("postgres")
     >>> print(sql[: sql.index(" USING")])

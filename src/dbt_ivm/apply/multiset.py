@@ -9,7 +9,7 @@ events`` over three events of kind ``a`` stores three rows ``a``; deleting two o
 PostgreSQL removes exactly k by their ``ctid``, found through the index on the values (their hash),
 ``LIMIT k`` per value, in one statement with the insert:
 
->>> from dbt_ivm.keys import POSTGRES, SPARK
+>>> from dbt_ivm.target import POSTGRES, SPARK
 >>> layout = Layout("multiset", ("note",), (), ("note",))
 >>> print(apply(layout, exp.to_table("rows"), exp.to_table("notes"), POSTGRES).sql("postgres", pretty=True))
 WITH "__ivm_gone" AS (
@@ -60,9 +60,10 @@ from sqlglot import exp
 
 from dbt_ivm.apply.statements import STORED, count_where, delete_when, insert_when, merge_into, weight_is
 from dbt_ivm.delta.terms import aliased
-from dbt_ivm.keys import Target, hash_column, same_key, same_values, with_hash
+from dbt_ivm.keys import hash_column, same_key, same_values, with_hash
 from dbt_ivm.layout import Layout
 from dbt_ivm.sqltext import WEIGHT, all_of, columns
+from dbt_ivm.target import Target
 
 ROWS, OPS = "r", "o"  # the summed rows' alias, the MERGE source's (Spark)
 SUMMED = "__ivm_summed"  # the summed rows, when given as a query

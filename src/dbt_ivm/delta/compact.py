@@ -127,7 +127,8 @@ def needs_netting(plan: Plan) -> bool:
     >>> from dbt_ivm.catalog import Column, StaticCatalog
     >>> from dbt_ivm.plan import build_plan
     >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("amount", "int")), ("id",))
-    >>> def plan(sql): return build_plan(sql, StaticCatalog([orders]), "model")
+    >>> from dbt_ivm.target import POSTGRES
+    >>> def plan(sql): return build_plan(POSTGRES, sql, StaticCatalog([orders]), "model")
     >>> needs_netting(plan("SELECT id % 10 AS k, SUM(amount) AS s FROM orders WHERE amount > 0 GROUP BY 1"))
     False
     >>> needs_netting(plan("SELECT id % 10 AS k, MAX(amount) AS m FROM orders GROUP BY 1"))

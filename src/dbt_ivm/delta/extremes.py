@@ -11,7 +11,8 @@ Deleting alice's 5.00 order marks her as losing a row: her orders are read and t
 >>> from dbt_ivm.plan import build_plan
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
 ...                    Column("amount", "numeric")), ("id",))
->>> def plan(sql): return build_plan(sql, StaticCatalog([orders]), "m")
+>>> from dbt_ivm.target import POSTGRES
+>>> def plan(sql): return build_plan(POSTGRES, sql, StaticCatalog([orders]), "m")
 >>> applies(plan("SELECT customer, MIN(amount) AS low, MAX(id) AS last FROM orders GROUP BY customer"))
 True
 >>> applies(plan("SELECT customer, MIN(amount) + 1 AS low FROM orders GROUP BY customer"))
@@ -24,11 +25,12 @@ from sqlglot import exp
 
 from dbt_ivm.delta import grouping
 from dbt_ivm.delta.terms import aliased
-from dbt_ivm.keys import Target, match
+from dbt_ivm.keys import match
 from dbt_ivm.layout import Layout
 from dbt_ivm.plan.build import agg_placeholder, group_placeholder
 from dbt_ivm.plan.nodes import Aggregate
 from dbt_ivm.sqltext import WEIGHT
+from dbt_ivm.target import Target
 
 LOSES = "__ivm_loses"  # 1: the group lost a row in this batch (its extreme may be gone)
 COMBINE: dict[type[exp.Expr], type[exp.Func]] = {exp.Min: exp.Least, exp.Max: exp.Greatest}

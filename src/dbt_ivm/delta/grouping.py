@@ -6,9 +6,10 @@ and each call's argument as ``__ivm_arg<j>``, one SELECT per term, unioned.
 >>> from dbt_ivm.plan import build_plan
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
 ...                    Column("amount", "numeric")), ("id",))
->>> plan = build_plan("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
+>>> from dbt_ivm.target import POSTGRES
+>>> plan = build_plan(POSTGRES, "SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
 ...                   StaticCatalog([orders]), "customer_totals")
->>> ctx = Context(Bindings.named({"public.orders": "orders"}, {"public.orders": "d"}))
+>>> ctx = Context(Bindings.named(POSTGRES, {"public.orders": "orders"}, {"public.orders": "d"}))
 >>> print(input_rows(plan, "delta", ctx).sql("postgres"))
 SELECT "orders"."customer" AS "__ivm_g0", "orders"."amount" AS "__ivm_arg0", "orders"."__ivm_weight" AS "__ivm_weight" FROM d AS "orders"
 """
@@ -27,6 +28,7 @@ from dbt_ivm.keys import key_hash
 from dbt_ivm.plan.build import agg_placeholder, group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate, Relation, never_null
 from dbt_ivm.sqltext import WEIGHT
+from dbt_ivm.target import Target
 
 COUNT = "__ivm_count"
 Alternatives = tuple[exp.Expr, ...]  # disjoint conditions: a row passes one of them, or none
@@ -255,10 +257,10 @@ def touched_groups(plan: Aggregate, changes: exp.Expr) -> exp.Select:
     )
 
 
-def in_groups(plan: Aggregate, groups: exp.Expr, dialect: str) -> Alternatives:
+def in_groups(plan: Aggregate, groups: exp.Expr, target: Target) -> Alternatives:
     """An input row's group is among `groups` (`among`)."""
     names = [group_placeholder(i) for i in range(len(plan.group_by))]
-    return among(groups, names, list(plan.group_by), plan.input, dialect)
+    return among(groups, names, list(plan.group_by), plan.input, target)
 
 
 def among(
@@ -266,7 +268,7 @@ def among(
     names: Sequence[str],
     values: Sequence[exp.Expr],
     relation: Relation | None,
-    dialect: str,
+    target: Target,
 ) -> Alternatives:
     """The `values` of a row (of `relation`, when they are its columns) are a row of `touched` (its
     columns `names`), NULL matching NULL, as disjoint alternatives (`restricted`). An EXISTS on `=`
@@ -277,7 +279,8 @@ def among(
     the hash of both (a join PostgreSQL can hash; the touched keys were computed over the same
     columns, so equal rows hash alike), then compared null-safe. Spark's `<=>` is a join key itself:
 
-    >>> for found in among(exp.to_table("t"), ["g"], [exp.column("k", "o")], None, "postgres"):
+    >>> from dbt_ivm.target import POSTGRES
+    >>> for found in among(exp.to_table("t"), ["g"], [exp.column("k", "o")], None, POSTGRES):
     ...     print(found.sql("postgres"))
     EXISTS(SELECT 1 FROM t AS "__ivm_affected" WHERE "__ivm_affected"."g" = o.k)
     (o.k IS NULL) AND EXISTS(SELECT 1 FROM t AS "__ivm_affected" WHERE "__ivm_affected"."g" IS NULL)
@@ -293,7 +296,7 @@ def among(
         assert condition is not None, "at least one value"
         return exp.Exists(this=exp.select("1").from_(aliased(touched.copy(), alias)).where(condition))
 
-    if dialect != "postgres":
+    if not target.splits_nullable_matches:
         return (exists(exp.NullSafeEQ),)
     if relation is not None and all(never_null(value, relation) for value in values):
         return (exists(exp.EQ),)
@@ -346,7 +349,7 @@ def left_joined_on_keys(
     keys: Sequence[str],
     aliases: tuple[str, str],
     not_null: Collection[str],
-    dialect: str,
+    target: Target,
     same_types: bool = False,
 ) -> exp.Query:
     """`query` (reading its rows as `aliases[0]`) LEFT JOINed to `right` (as `aliases[1]`) on `keys`
@@ -357,13 +360,14 @@ def left_joined_on_keys(
     several, by both rows' hash first where the two sides' keys have `same_types`. Spark's `<=>` is a
     join key already:
 
+    >>> from dbt_ivm.target import POSTGRES
     >>> print(left_joined_on_keys(exp.select("c.g").from_("c"), exp.to_table("n"), ["g"], ("c", "n"),
-    ...       (), "postgres").sql("postgres"))
+    ...       (), POSTGRES).sql("postgres"))
     SELECT c.g FROM c LEFT JOIN n AS "n" ON "c"."g" = "n"."g" WHERE NOT "c"."g" IS NULL UNION ALL SELECT c.g FROM c LEFT JOIN n AS "n" ON "n"."g" IS NULL WHERE "c"."g" IS NULL
     """
     left, right_alias = aliases
     nullable = [k for k in keys if k not in not_null]
-    if dialect != "postgres" or not nullable:
+    if not target.splits_nullable_matches or not nullable:
         return query.join(
             aliased(right, right_alias), on=matching(keys, left, right_alias, not_null), join_type="left"
         )

@@ -52,7 +52,7 @@ def possible(plan: Aggregate, ctx: Context) -> bool:
 
 
 def _summed(plan: Aggregate, ctx: Context) -> list[AggCall]:
-    if ctx.bindings.dialect != "postgres":
+    if not ctx.bindings.target.non_finite_numerics:
         return []
     types = ctx.call_types.get(id(plan), {})
     return [

@@ -132,7 +132,7 @@ def delta(plan: Plan, ctx: Context, restrict: exp.Exists | None = None) -> exp.Q
         pinned_right,
         contents(plan.left, ctx),
         contents(plan.right, ctx),
-        ctx.bindings.dialect,
+        ctx.bindings.target,
     )
 
 
@@ -144,7 +144,7 @@ def _delta_recomputed(plan: Aggregate, ctx: Context, narrowed: exp.Exists | None
     restrict: grouping.Alternatives | None = None
     if plan.group_by:
         restrict = grouping.in_groups(
-            plan, ctx.pinned(grouping.touched_groups(plan, changes)), ctx.bindings.dialect
+            plan, ctx.pinned(grouping.touched_groups(plan, changes)), ctx.bindings.target
         )
     now_rows = grouping.input_rows(plan, "after", ctx, restrict)
     assert now_rows is not None
@@ -166,7 +166,7 @@ def _delta_aggregate(plan: Aggregate, ctx: Context, narrowed: exp.Exists | None)
     keys = [grouping.group_columns(plan)[i].name for i in range(len(plan.group_by))]
     # Only the touched groups' current rows: a semi-join with the changed keys.
     touched = grouping.touched_groups(plan, changes)
-    restrict = grouping.in_groups(plan, touched, ctx.bindings.dialect) if keys else None
+    restrict = grouping.in_groups(plan, touched, ctx.bindings.target) if keys else None
     now_rows = grouping.input_rows(plan, "after", ctx, restrict)
     assert now_rows is not None
     one = exp.Literal.number(1)
@@ -205,7 +205,7 @@ def _delta_aggregate(plan: Aggregate, ctx: Context, narrowed: exp.Exists | None)
         keys,
         (CHANGED, NOW),
         grouping.never_null_groups(plan),
-        ctx.bindings.dialect,
+        ctx.bindings.target,
     )
     new_rows = exp.select(
         *grouping.finalized_outputs(plan, NOW, types), exp.alias_(one.copy(), WEIGHT, quoted=True)

@@ -24,7 +24,8 @@ NULL. Deleting the last one, her orders are read again: none is left, her row go
 >>> from dbt_ivm.plan import build_plan
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
 ...                    Column("amount", "numeric")), ("id",))
->>> plan = build_plan("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
+>>> from dbt_ivm.target import POSTGRES
+>>> plan = build_plan(POSTGRES, "SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
 ...                   StaticCatalog([orders]), "customer_totals")
 >>> layout_of(plan).hidden, layout_of(plan).recounted
 ((), ('__ivm_count', '__ivm_a0_nn'))
@@ -38,10 +39,11 @@ from dbt_ivm.delta import grouping, non_finite
 from dbt_ivm.delta.aggregates.count import COUNT as COUNT_NON_NULL
 from dbt_ivm.delta.aggregates.sum import SUM
 from dbt_ivm.delta.terms import Context, aliased
-from dbt_ivm.keys import Target, match
+from dbt_ivm.keys import match
 from dbt_ivm.layout import COUNT, PROVING, Layout
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate, Filter, Join, Relation, Scan, scans_in
+from dbt_ivm.target import Target
 
 CHANGE, STORED, RECOUNT = "__ivm_change", "__ivm_stored", "__ivm_recount"
 IN_DOUBT = "__ivm_in_doubt"  # a flag on the change: the group must be counted again
@@ -154,7 +156,7 @@ def with_recounts(
         *[exp.column(n, CHANGE, quoted=True) for n in names], exp.alias_(doubt, IN_DOUBT, quoted=True)
     ).from_(aliased(change, CHANGE))
     found = match(STORED, layout.key, keys, target)
-    flagged = _with_stored_rows(flagged, stream_table, found, exp.or_(*removals), ctx.bindings.dialect)
+    flagged = _with_stored_rows(flagged, stream_table, found, exp.or_(*removals), ctx.bindings.target)
     pinned, doubtful_count = ctx.pinned_counting(flagged, IN_DOUBT)
     if doubtful_count == 0:  # the usual batch: no group is in doubt, none is read again
         return _without_recounts(pinned, names, states)
@@ -167,7 +169,7 @@ def with_recounts(
     )
     doubtful_groups = ctx.pinned(doubtful)
     rows = grouping.input_rows(
-        plan, "after", ctx, grouping.in_groups(plan, doubtful_groups, ctx.bindings.dialect)
+        plan, "after", ctx, grouping.in_groups(plan, doubtful_groups, ctx.bindings.target)
     )
     assert rows is not None
     source = "__ivm_rows"
@@ -187,12 +189,12 @@ def with_recounts(
     ).from_(aliased(pinned, CHANGE))
     groups = [group_placeholder(i) for i in range(len(plan.group_by))]
     never_null = grouping.never_null_groups(plan)
-    dialect = ctx.bindings.dialect
-    return grouping.left_joined_on_keys(joined, recount, groups, (CHANGE, RECOUNT), never_null, dialect, True)
+    target = ctx.bindings.target
+    return grouping.left_joined_on_keys(joined, recount, groups, (CHANGE, RECOUNT), never_null, target, True)
 
 
 def _with_stored_rows(
-    flagged: exp.Select, stream_table: exp.Table, found: exp.Expr, removes: exp.Expr, dialect: str
+    flagged: exp.Select, stream_table: exp.Table, found: exp.Expr, removes: exp.Expr, target: Target
 ) -> exp.Select:
     """`flagged` with each group's stored row (alias STORED), NULLs where it has none or, on
     PostgreSQL, where the batch removes nothing from the group: only a removal can put a group in
@@ -200,7 +202,7 @@ def _with_stored_rows(
     join would hash the whole stored table for a batch that touches a few of its groups; Spark joins
     (a broadcast of the change, or a shuffle either way)."""
     stored = aliased(stream_table.copy(), STORED)
-    if dialect != "postgres":
+    if not target.index_probes:
         return flagged.join(stored, on=found, join_type="left")
     # LIMIT 1 (a key has one row) keeps the planner from turning the probe back into a join.
     probe = exp.select(exp.Star()).from_(stored).where(found).where(removes).limit(1)

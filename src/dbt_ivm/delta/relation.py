@@ -10,9 +10,10 @@ minus its change would add a term for every term of the table's change:
 >>> from dbt_ivm.delta.terms import Bindings, Context
 >>> from dbt_ivm.plan import build_plan
 >>> tables = [TableInfo("public", n, (Column("x", "int"),)) for n in "ab"]
->>> plan = build_plan("SELECT a.x, s.n FROM a JOIN (SELECT b.x, count(*) AS n FROM b GROUP BY b.x) AS s ON s.x = a.x",
+>>> from dbt_ivm.target import POSTGRES
+>>> plan = build_plan(POSTGRES, "SELECT a.x, s.n FROM a JOIN (SELECT b.x, count(*) AS n FROM b GROUP BY b.x) AS s ON s.x = a.x",
 ...                   StaticCatalog(tables), "m")
->>> ctx = Context(Bindings.named({t.qualified: t.name for t in tables}, {t.qualified: "d_" + t.name for t in tables}))
+>>> ctx = Context(Bindings.named(POSTGRES, {t.qualified: t.name for t in tables}, {t.qualified: "d_" + t.name for t in tables}))
 >>> [[r.mode for r in t.reads] for t in delta(plan.input, ctx)]
 [['delta', 'undone'], ['current', 'delta']]
 """

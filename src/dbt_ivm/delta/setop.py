@@ -17,6 +17,7 @@ from dbt_ivm.delta.grouping import among, left_joined_on_keys, restricted_rows
 from dbt_ivm.delta.terms import aliased, union_all
 from dbt_ivm.plan.nodes import SetOp
 from dbt_ivm.sqltext import WEIGHT
+from dbt_ivm.target import Target
 
 SIDE, A, B = "__ivm_side", "__ivm_a", "__ivm_b"
 CHANGES, NOW, DELTA, COUNTS = (
@@ -90,7 +91,7 @@ def delta_setop(
     right_delta: exp.Expr | None,
     left_now: exp.Query,
     right_now: exp.Query,
-    dialect: str,
+    target: Target,
 ) -> exp.Query:
     changed = []
     if left_delta is not None:
@@ -103,7 +104,7 @@ def delta_setop(
     )
     delta = delta.from_(aliased(changes.copy(), CHANGES)).group_by(*_cols(plan, CHANGES))
     # The current rows of the touched values only.
-    touched = among(changes, plan.names, _cols(plan, NOW), None, dialect)
+    touched = among(changes, plan.names, _cols(plan, NOW), None, target)
     rows = union_all(
         [
             _sided(plan, left_now, plan.left.names, 1, weighted=False),
@@ -129,7 +130,7 @@ def delta_setop(
         plan.names,
         (DELTA, NOW),
         (),
-        dialect,
+        target,
     )
     return (
         exp.select(*_cols(plan, COUNTS), exp.column(WEIGHT, COUNTS, quoted=True))

@@ -28,11 +28,12 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.aggregates.sum import bounded_sum_type
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
-from dbt_ivm.keys import Target, match
+from dbt_ivm.keys import match
 from dbt_ivm.layout import COUNT, Layout, stored_keys
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Relation, TopK, children
 from dbt_ivm.sqltext import WEIGHT
+from dbt_ivm.target import Target
 
 GROUP_DELTA, STORED, NEW, ROWS = "__ivm_group_delta", "__ivm_stored", "__ivm_new", "__ivm_rows"
 
@@ -139,9 +140,7 @@ def _recomputed_aggregate_delta(
         return union_all(
             [
                 removed,
-                _recomputed_groups(
-                    plan, layout, ctx, grouping.in_groups(plan, touched, ctx.bindings.dialect)
-                ),
+                _recomputed_groups(plan, layout, ctx, grouping.in_groups(plan, touched, ctx.bindings.target)),
             ]
         )
     # Only the groups that lost a row are recomputed; the others combine their extremes.
@@ -149,7 +148,7 @@ def _recomputed_aggregate_delta(
     lost_groups = exp.select(*grouping.group_columns(plan, "d"), loses.copy()).from_(aliased(touched, "d"))
     lost = ctx.pinned(lost_groups.where(loses.eq(1)))
     if plan.group_by:
-        added = _recomputed_groups(plan, layout, ctx, grouping.in_groups(plan, lost, ctx.bindings.dialect))
+        added = _recomputed_groups(plan, layout, ctx, grouping.in_groups(plan, lost, ctx.bindings.target))
     else:
         added = _recomputed_groups(plan, layout, ctx, None).where(
             exp.Exists(this=exp.select("1").from_(aliased(lost, "__ivm_lost")))

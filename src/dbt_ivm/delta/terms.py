@@ -13,7 +13,8 @@ multiplication). Every delta rule takes and returns lists of terms, so rules com
 >>> from dbt_ivm.catalog import TableInfo
 >>> from dbt_ivm.plan.nodes import Scan
 >>> o = Scan(0, "o", TableInfo("public", "orders", ()))
->>> ctx = Context(Bindings.named({"public.orders": "public.orders"}, {"public.orders": "d"}))
+>>> from dbt_ivm.target import POSTGRES
+>>> ctx = Context(Bindings.named(POSTGRES, {"public.orders": "public.orders"}, {"public.orders": "d"}))
 >>> t = Term((Read(o, "delta"),), predicates=(exp.condition('"o"."amount" > 10'),))
 >>> term_select(t, [exp.column("amount", "o", quoted=True)], ctx).sql("postgres")
 'SELECT "o"."amount", "o"."__ivm_weight" AS "__ivm_weight" FROM d AS "o" WHERE "o"."amount" > 10'
@@ -32,6 +33,7 @@ from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta import sideways
 from dbt_ivm.plan.nodes import Aggregate, Derived, Item, scans_in
 from dbt_ivm.sqltext import WEIGHT
+from dbt_ivm.target import Target
 
 Mode = Literal["current", "delta", "before", "undone", "null"]
 WEIGHTED = ("delta", "undone")  # reads whose rows carry a weight column
@@ -42,9 +44,9 @@ class Bindings:
     """How this refresh names relations: each source's current state, and its delta if it changed,
     as FROM items (a table, or a subquery) of the backend's `dialect`."""
 
+    target: Target  # the engine rendered for, and what it can do
     current: dict[str, exp.Expr]  # table.qualified -> relation
     delta: dict[str, exp.Expr] = field(default_factory=dict)  # absent: unchanged in this batch
-    dialect: str = "postgres"
     # Each changed source's state before the batch (Iceberg: the frontier snapshot). None: the backend
     # has no earlier state to read, and rules derive it as current − delta.
     before: dict[str, exp.Expr] | None = None
@@ -54,7 +56,10 @@ class Bindings:
 
     @staticmethod
     def named(
-        current: dict[str, str], delta: dict[str, str] | None = None, before: dict[str, str] | None = None
+        target: Target,
+        current: dict[str, str],
+        delta: dict[str, str] | None = None,
+        before: dict[str, str] | None = None,
     ) -> Bindings:
         """Bindings to plain table names (examples and tests)."""
 
@@ -62,8 +67,12 @@ class Bindings:
             return {k: exp.to_table(v) for k, v in names.items()}
 
         return Bindings(
-            tables(current), tables(delta or {}), before=None if before is None else tables(before)
+            target, tables(current), tables(delta or {}), before=None if before is None else tables(before)
         )
+
+    @property
+    def dialect(self) -> str:
+        return self.target.dialect
 
     def changed(self, table: TableInfo) -> bool:
         return table.qualified in self.delta
@@ -80,7 +89,7 @@ class Bindings:
     @cached_property
     def _before_state(self) -> Bindings:
         assert self.before is not None
-        return Bindings({**self.current, **self.before}, {}, self.dialect, {})
+        return Bindings(self.target, {**self.current, **self.before}, {}, {})
 
 
 @dataclass

@@ -13,9 +13,10 @@ stored rows leave (−1) and the new top 3 enter (+1); the two unchanged rows ca
 >>> from dbt_ivm.delta.terms import Bindings, Context
 >>> from dbt_ivm.plan import build_plan
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("amount", "numeric")), ("id",))
->>> plan = build_plan("SELECT id, amount FROM orders ORDER BY amount DESC, id LIMIT 3",
+>>> from dbt_ivm.target import POSTGRES
+>>> plan = build_plan(POSTGRES, "SELECT id, amount FROM orders ORDER BY amount DESC, id LIMIT 3",
 ...                   StaticCatalog([orders]), "top_orders")
->>> ctx = Context(Bindings.named({"public.orders": "orders"}, {"public.orders": "d"}))
+>>> ctx = Context(Bindings.named(POSTGRES, {"public.orders": "orders"}, {"public.orders": "d"}))
 >>> print(contents(plan, ctx).sql("postgres"))
 SELECT * FROM (SELECT "orders"."id" AS "id", "orders"."amount" AS "amount" FROM orders AS "orders") AS "__ivm_top" ORDER BY "amount" DESC, "id" LIMIT 3
 """

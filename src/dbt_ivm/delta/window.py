@@ -17,9 +17,10 @@ swaps one row. Bob's rows are not read.
 >>> from dbt_ivm.plan import build_plan
 >>> events = TableInfo("public", "events", (Column("id", "int", False), Column("k", "int", False),
 ...                    Column("ts", "int")), ("id",))
->>> plan = build_plan("SELECT id, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM events",
+>>> from dbt_ivm.target import POSTGRES
+>>> plan = build_plan(POSTGRES, "SELECT id, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM events",
 ...                   StaticCatalog([events]), "ranked")
->>> ctx = Context(Bindings.named({"public.events": "events"}, {"public.events": "d"}))
+>>> ctx = Context(Bindings.named(POSTGRES, {"public.events": "events"}, {"public.events": "d"}))
 >>> print(contents(plan, ctx).sql("postgres"))
 SELECT "__ivm_win"."__ivm_w1" AS "id", ROW_NUMBER() OVER (PARTITION BY "__ivm_win"."__ivm_w0" ORDER BY "__ivm_win"."__ivm_w2" DESC) AS "rn" FROM (SELECT "events"."k" AS "__ivm_w0", "events"."id" AS "__ivm_w1", "events"."ts" AS "__ivm_w2" FROM events AS "events") AS "__ivm_win"
 """
@@ -36,6 +37,7 @@ from dbt_ivm.layout import Layout, key_never_null, layout_of, plan_key
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.plan.nodes import Aggregate, Derived, Plan, Project, Window
 from dbt_ivm.sqltext import WEIGHT
+from dbt_ivm.target import Target
 
 INPUT, KEPT = "__ivm_win", "__ivm_ranked"
 
@@ -80,7 +82,7 @@ def delta(plan: Window, ctx: Context) -> exp.Query | None:
         if key:
             never_null = isinstance(source, Project) and key_never_null(source, layout_of(source))
             keyed = _keyed_now_minus_batch(
-                now_rows, changes, source.names, key, key if never_null else (), ctx.bindings.dialect
+                now_rows, changes, source.names, key, key if never_null else (), ctx.bindings.target
             )
             before = _over(plan, keyed)
         else:
@@ -144,7 +146,7 @@ def stored_delta(
     touched = ctx.pinned(_touched(window, found))
     table = "__ivm_stored"
     partitions = [exp.column(stored[p], table, quoted=True) for p in window.partition_by]
-    among = grouping.among(touched, window.partition_by, partitions, None, ctx.bindings.dialect)
+    among = grouping.among(touched, window.partition_by, partitions, None, ctx.bindings.target)
     leaving = exp.select(
         *[exp.column(c, table, quoted=True) for c in layout.columns],
         exp.alias_(exp.Literal.number(-1), WEIGHT, quoted=True),
@@ -161,14 +163,15 @@ def _keyed_now_minus_batch(
     names: Sequence[str],
     key: Sequence[str],
     not_null: Sequence[str],
-    dialect: str,
+    target: Target,
 ) -> exp.Query:
     """The input's rows before the batch when `key` identifies them: the rows now, less those the
     batch added (found by key), plus those it removed. A multiset needs a sum of weights over every
     row of the touched partitions instead (`grouping.now_minus_batch`):
 
+    >>> from dbt_ivm.target import POSTGRES
     >>> print(_keyed_now_minus_batch(exp.select("*").from_("now"), exp.to_table("chg"), ["id", "v"],
-    ...       ["id"], ["id"], "postgres").sql("postgres"))  # doctest: +ELLIPSIS
+    ...       ["id"], ["id"], POSTGRES).sql("postgres"))  # doctest: +ELLIPSIS
     SELECT "__ivm_kept"."id", "__ivm_kept"."v" FROM (SELECT ... FROM (SELECT * FROM now) AS "__ivm_now" LEFT JOIN (SELECT "__ivm_net"."id", 1 AS "__ivm_added" FROM (...) AS "__ivm_net" WHERE "__ivm_net"."__ivm_weight" > 0) AS "__ivm_added" ON "__ivm_now"."id" = "__ivm_added"."id") AS "__ivm_kept" WHERE "__ivm_kept"."__ivm_added" IS NULL UNION ALL SELECT "__ivm_net"."id", "__ivm_net"."v" FROM (...) AS "__ivm_net" WHERE "__ivm_net"."__ivm_weight" < 0
     """
     net_alias, now_alias, kept_alias, change, added = (
@@ -192,7 +195,7 @@ def _keyed_now_minus_batch(
     added_keys = added_keys.where(exp.GT(this=net_weight.copy(), expression=zero))
     marked = exp.select(*columns(now_alias, names), exp.column(added, added, quoted=True))
     joined = grouping.left_joined_on_keys(
-        marked.from_(aliased(now_rows, now_alias)), added_keys, key, (now_alias, added), not_null, dialect
+        marked.from_(aliased(now_rows, now_alias)), added_keys, key, (now_alias, added), not_null, target
     )
     kept = exp.select(*columns(kept_alias, names)).from_(aliased(joined, kept_alias))
     kept = kept.where(exp.Is(this=exp.column(added, kept_alias, quoted=True), expression=exp.null()))
@@ -211,7 +214,7 @@ def _partitions(plan: Window, ctx: Context, touched: exp.Expr) -> exp.Query:
     if isinstance(source, Project):
         by_name = {o.name: o.expression for o in source.outputs}
         restrict = _in_touched(
-            plan, touched, [by_name[n] for n in plan.partition_by], source, ctx.bindings.dialect
+            plan, touched, [by_name[n] for n in plan.partition_by], source, ctx.bindings.target
         )
         outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in source.outputs]
         terms = relation.after(source.input, ctx)
@@ -223,7 +226,7 @@ def _partitions(plan: Window, ctx: Context, touched: exp.Expr) -> exp.Query:
         keys = [_group_key(source, by_name[n]) for n in plan.partition_by]
         if all(k is not None for k in keys):
             restrict = _in_touched(
-                plan, touched, [k for k in keys if k is not None], source, ctx.bindings.dialect
+                plan, touched, [k for k in keys if k is not None], source, ctx.bindings.target
             )
             rows = grouping.input_rows(source, "after", ctx, restrict)
             assert rows is not None
@@ -231,7 +234,7 @@ def _partitions(plan: Window, ctx: Context, touched: exp.Expr) -> exp.Query:
     every = "__ivm_all"
     columns: list[exp.Expr] = [exp.column(n, every, quoted=True) for n in plan.partition_by]
     return grouping.restricted_rows(
-        plans.contents(source, ctx), every, _in_touched(plan, touched, columns, None, ctx.bindings.dialect)
+        plans.contents(source, ctx), every, _in_touched(plan, touched, columns, None, ctx.bindings.target)
     )
 
 
@@ -244,8 +247,8 @@ def _group_key(source: Aggregate, output: exp.Expr) -> exp.Expr | None:
 
 
 def _in_touched(
-    plan: Window, touched: exp.Expr, values: list[exp.Expr], source: Plan | None, dialect: str
+    plan: Window, touched: exp.Expr, values: list[exp.Expr], source: Plan | None, target: Target
 ) -> grouping.Alternatives:
     """A row's partition values are among `touched`."""
     over = source.input if isinstance(source, Project | Aggregate) else None
-    return grouping.among(touched, plan.partition_by, values, over, dialect)
+    return grouping.among(touched, plan.partition_by, values, over, target)

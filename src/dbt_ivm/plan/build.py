@@ -6,7 +6,8 @@ Values that can change between refreshes are refused by `volatility.py`.
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
 ...                    Column("amount", "numeric")), ("id",))
->>> plan = build_plan("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
+>>> from dbt_ivm.target import POSTGRES
+>>> plan = build_plan(POSTGRES, "SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
 ...                   StaticCatalog([orders]), "customer_totals")
 >>> [o.name for o in plan.outputs], [c.func for c in plan.calls]
 (['customer', 'total'], ['sum'])
@@ -21,7 +22,7 @@ from typing import NoReturn
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect, NormalizationStrategy
+from sqlglot.dialects.dialect import NormalizationStrategy
 from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
@@ -34,7 +35,6 @@ from dbt_ivm.catalog import Catalog, FunctionCall, TableInfo, qualified_name
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.plan import generators, rewrites
 from dbt_ivm.plan.correlation import correlated, equalities
-from dbt_ivm.plan.dialects import read_dialect
 from dbt_ivm.plan.embedded_subqueries import unnested_in_expressions
 from dbt_ivm.plan.hidden_order import ORDER_ALIAS, with_hidden_order
 from dbt_ivm.plan.in_values import SPARK_IN_VALUES, in_values_as_exists
@@ -75,6 +75,7 @@ from dbt_ivm.plan.uncorrelated_exists import uncorrelated_exists_as_counts
 from dbt_ivm.plan.unknown_aggregates import refuse_unknown_aggregates
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
 from dbt_ivm.reserved import internal_columns
+from dbt_ivm.target import Target
 
 SUPPORTED_AGGREGATES: dict[type[exp.Expr], AggFunc] = {
     exp.Count: "count",
@@ -99,22 +100,20 @@ SOURCE_FIXES = {
 
 
 def build_plan(
-    sql: str,
-    catalog: Catalog,
-    model: str,
-    output_names: Sequence[str] | None = None,
-    dialect: str = "postgres",
+    target: Target, sql: str, catalog: Catalog, model: str, output_names: Sequence[str] | None = None
 ) -> Plan:
-    """Plan the defining query `sql` of `model`. `output_names` (from the database) override aliases."""
-    with written_in(dialect):
-        return _planned(sql, catalog, model, output_names, dialect)
+    """Plan the defining query `sql` of `model`, written for `target`. `output_names` (from the
+    database) override aliases."""
+    with written_in(target.dialect):
+        return _planned(target, sql, catalog, model, output_names)
 
 
 def _planned(
-    sql: str, catalog: Catalog, model: str, output_names: Sequence[str] | None, dialect: str
+    target: Target, sql: str, catalog: Catalog, model: str, output_names: Sequence[str] | None
 ) -> Plan:
-    tree = _parse(sql, model, dialect)
-    tables = _resolve_tables(tree, catalog, model, dialect)
+    dialect = target.dialect
+    tree = _parse(sql, model, target)
+    tables = _resolve_tables(tree, catalog, model, target)
     _refuse_unmaintained_clauses(tree, model)
     tree = inline_ctes(tree)
     # sqlglot wants {schema: {table: {column: type}}}
@@ -123,11 +122,9 @@ def _planned(
         by_schema.setdefault(t.schema, {})[t.name] = {c.name: c.type for c in t.columns}
     # Catalog names are exact spellings (e.g. "Sales"."Order Items"): only a case-insensitive dialect
     # (Spark) may fold them.
-    case_insensitive = (
-        Dialect.get_or_raise(dialect).normalization_strategy is NormalizationStrategy.CASE_INSENSITIVE
-    )
+    case_insensitive = target.read.normalization_strategy is NormalizationStrategy.CASE_INSENSITIVE
     schema = MappingSchema(dict[str, object](by_schema), dialect=dialect, normalize=case_insensitive)
-    if dialect == "postgres":
+    if target.keyword_values:
         refuse_value_keywords(tree, model)  # qualify would take them for unknown columns
     try:
         tree = qualify(
@@ -141,7 +138,7 @@ def _planned(
         tree = from_generators(tree, model)
         tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
     except OptimizeError as error:
-        _refuse_system_columns(tree, model, dialect)
+        _refuse_system_columns(tree, model, target)
         raise InvalidQuery(model, str(error)) from error
     if not isinstance(tree, exp.Query):
         raise UnsupportedQuery(model, f"top-level `{type(tree).__name__.upper()}`", "write a single SELECT")
@@ -160,7 +157,7 @@ def _planned(
     rename_reserved_columns(tree, tables)
     refuse_unknown_aggregates(tree, catalog, model)
     set_returning = generators.set_returning_calls(tree, catalog)
-    plan = _Planner(tables, model, case_insensitive, set_returning, dialect).query(tree, tuple(names))
+    plan = _Planner(tables, model, target, case_insensitive, set_returning).query(tree, tuple(names))
     _refuse_queries_in_expressions(plan, model)
     if next(scans_in(plan), None) is None:
         raise UnsupportedQuery(model, "a query that reads no table", "use a view or table model")
@@ -228,9 +225,9 @@ def _substituted(node: exp.Expr, bodies: dict[str, exp.Expr]) -> exp.Expr:
     return node
 
 
-def _parse(sql: str, model: str, dialect: str) -> exp.Expr:
+def _parse(sql: str, model: str, target: Target) -> exp.Expr:
     try:
-        statements = [s for s in sqlglot.parse(sql, read=read_dialect(dialect)) if s is not None]
+        statements = [s for s in sqlglot.parse(sql, read=target.read) if s is not None]
     except ParseError as error:
         raise InvalidQuery(model, f"syntax error: {error}") from error
     if len(statements) != 1:
@@ -246,14 +243,14 @@ def _parse(sql: str, model: str, dialect: str) -> exp.Expr:
     for hint in list(tree.find_all(exp.Hint)):
         hint.pop()
     # Unquoted names fold to the database's case now, so every name below is the catalog's own spelling.
-    return flatten_join_parentheses(normalize_identifiers(tree, dialect=dialect))
+    return flatten_join_parentheses(normalize_identifiers(tree, dialect=target.dialect))
 
 
 def _cte_names(tree: exp.Expr) -> set[str]:
     return {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
 
 
-def _resolve_tables(tree: exp.Expr, catalog: Catalog, model: str, dialect: str) -> dict[str, TableInfo]:
+def _resolve_tables(tree: exp.Expr, catalog: Catalog, model: str, target: Target) -> dict[str, TableInfo]:
     """Look every table up, expanding views in place; strip database names (one database per query)."""
     found: dict[str, TableInfo] = {}
     for _ in range(MAX_VIEW_DEPTH):
@@ -265,12 +262,14 @@ def _resolve_tables(tree: exp.Expr, catalog: Catalog, model: str, dialect: str) 
             if not isinstance(table.this, exp.Identifier):
                 if isinstance(table.parent, exp.Join):
                     continue  # a generator beside the table it reads (plan/lateral.py)
-                raise UnsupportedQuery(model, f"table function `{table.sql(dialect)}`", "select from a table")
+                raise UnsupportedQuery(
+                    model, f"table function `{table.sql(target.dialect)}`", "select from a table"
+                )
             info = catalog.lookup(table.db or None, table.name)
             if info is None:
-                raise InvalidQuery(model, f"relation {table.sql(dialect)} does not exist")
+                raise InvalidQuery(model, f"relation {table.sql(target.dialect)} does not exist")
             if info.kind == "view" and info.view_sql:
-                view = _parse(info.view_sql, model, dialect)
+                view = _parse(info.view_sql, model, target)
                 alias = table.alias_or_name
                 table.replace(
                     exp.Subquery(this=view, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
@@ -335,15 +334,9 @@ def _refuse_unmaintained_clauses(tree: exp.Expr, model: str) -> None:
 
 
 # Columns every table has beside its own, which qualify cannot find; their values change without a
-# write to capture. By dialect: the names, and what moves rows.
-SYSTEM_COLUMNS = {
-    "postgres": (("ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"), "VACUUM FULL and CLUSTER move"),
-    "spark": (("_file", "_pos", "_spec_id", "_partition", "_deleted", "_row_id"), "a compaction moves"),
-}
-
-
-def _refuse_system_columns(tree: exp.Expr, model: str, dialect: str) -> None:
-    names, movers = SYSTEM_COLUMNS.get(dialect, ((), ""))
+# write to capture (the target's `system_columns`).
+def _refuse_system_columns(tree: exp.Expr, model: str, target: Target) -> None:
+    names, movers = target.system_columns, target.system_columns_moved_by
     for column in tree.find_all(exp.Column):
         if column.name.lower() in names:
             raise UnsupportedQuery(
@@ -394,12 +387,12 @@ class _Planner:
         self,
         tables: dict[str, TableInfo],
         model: str,
+        target: Target,
         case_insensitive: bool = False,
         set_returning: frozenset[FunctionCall] = frozenset(),
-        dialect: str = "postgres",
     ) -> None:
         self.tables, self.model, self.case_insensitive = tables, model, case_insensitive
-        self.dialect = dialect
+        self.target = target
         self.set_returning = set_returning
         self.positions = itertools.count()
         self.aliases = itertools.count(1)
@@ -417,7 +410,7 @@ class _Planner:
         if not isinstance(node, exp.Select):
             self.refuse(f"`{excerpt(node)}`", "write a SELECT")
         names = names or tuple(s.alias_or_name for s in node.selects)
-        in_values_as_exists(node, self.dialect)
+        in_values_as_exists(node, self.target)
         uncorrelated_exists_as_counts(node)
         joined_scalar_aggregates(node, (f"__ivm_s{n}" for n in self.aliases))
         unnested_in_expressions(node, (f"__ivm_s{n}" for n in self.aliases))
@@ -588,7 +581,7 @@ class _Planner:
         ):
             for value in node.find_all(exp.In):
                 if value.args.get("query") is not None and not in_truth_position(value):
-                    if self.dialect == "spark":
+                    if self.target.rewrites_in_values:
                         self.refuse(
                             f"`IN (subquery)` as a value `{excerpt(value.parent or value)}` ({SPARK_IN_VALUES})",
                             "use EXISTS (… WHERE s.x = t.x), which is true or false, or use refresh_mode='full'",
@@ -756,7 +749,8 @@ def _folded_into_window(relation: Filter) -> Relation:
 
     >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
     >>> events = TableInfo("public", "events", (Column("id", "int"), Column("k", "int")), ("id",))
-    >>> plan = build_plan("SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY k ORDER BY id) AS rn "
+    >>> from dbt_ivm.target import POSTGRES
+    >>> plan = build_plan(POSTGRES, "SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY k ORDER BY id) AS rn "
     ...                   "FROM events) r WHERE rn = 1", StaticCatalog([events]), "first_events")
     >>> type(plan.input).__name__, plan.input.plan.keep.sql()
     ('Derived', '"rn" = 1')

@@ -18,8 +18,9 @@ in a circle: the items kept must determine all the others.
 >>> customers = TableInfo("public", "customers", (Column("id", "int"), Column("name", "text")), ("id",))
 >>> catalog = StaticCatalog([orders, customers])
 >>> from dbt_ivm.layout import item_keys
+>>> from dbt_ivm.target import POSTGRES
 >>> def kept(sql):
-...     relation = build_plan(sql, catalog, "st").input
+...     relation = build_plan(POSTGRES, sql, catalog, "st").input
 ...     return list(identifying_items(relation, item_keys(relation) or {}))
 >>> kept("SELECT o.id, c.name FROM orders o JOIN customers c ON o.customer_id = c.id")
 ['o']

@@ -9,7 +9,8 @@ a generator that yields several columns (``posexplode(tags) AS (p, tag)``): the 
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.plan import build_plan
 >>> orders = TableInfo("public", "o", (Column("id", "int"), Column("tags", "text[]")), ("id",))
->>> build_plan("SELECT id, unnest(tags) AS tag FROM o", StaticCatalog([orders]), "tags").multiplies
+>>> from dbt_ivm.target import POSTGRES
+>>> build_plan(POSTGRES, "SELECT id, unnest(tags) AS tag FROM o", StaticCatalog([orders]), "tags").multiplies
 True
 """
 

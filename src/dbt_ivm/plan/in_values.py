@@ -10,7 +10,8 @@ maintains each (correlated by equalities: a join of the matched keys; uncorrelat
 >>> import sqlglot
 >>> q = sqlglot.parse_one("SELECT o.id, o.customer IN (SELECT c.name FROM customers AS c) AS known "
 ...                       "FROM orders AS o")
->>> print(in_values_as_exists(q, "postgres").sql())
+>>> from dbt_ivm.target import POSTGRES
+>>> print(in_values_as_exists(q, POSTGRES).sql())
 SELECT o.id, CASE WHEN EXISTS(SELECT 1 FROM customers AS c WHERE c.name = o.customer) THEN TRUE WHEN o.customer IS NULL AND EXISTS(SELECT 1 FROM customers AS c) THEN NULL WHEN EXISTS(SELECT 1 FROM customers AS c WHERE c.name IS NULL) THEN NULL ELSE FALSE END AS known FROM orders AS o
 """
 
@@ -20,6 +21,7 @@ from sqlglot import exp
 
 from dbt_ivm.plan.plain_subqueries import rows_of
 from dbt_ivm.plan.positions import in_truth_position, where_conjunct
+from dbt_ivm.target import Target
 
 DERIVED_ALIAS = "__ivm_in"
 # Spark 3.5 rewrites IN (subquery) outside a condition into an existence join and shows false where
@@ -27,11 +29,11 @@ DERIVED_ALIAS = "__ivm_in"
 SPARK_IN_VALUES = "Spark shows false where SQL has NULL: a NULL value, or a NULL in the subquery"
 
 
-def in_values_as_exists(select: exp.Select, dialect: str) -> exp.Select:
+def in_values_as_exists(select: exp.Select, target: Target) -> exp.Select:
     """`select` with each single-column `IN (subquery)` of its own that is not only tested for
-    truth rewritten (in place); a subquery that groups or combines must be uncorrelated. Not on
-    Spark, whose own answer is not SQL's (SPARK_IN_VALUES)."""
-    if dialect == "spark":
+    truth rewritten (in place); a subquery that groups or combines must be uncorrelated. Not where
+    the engine rewrites them itself, whose answer is not SQL's (Spark: SPARK_IN_VALUES)."""
+    if target.rewrites_in_values:
         return select
     for found in list(select.find_all(exp.In)):
         query = found.args.get("query")

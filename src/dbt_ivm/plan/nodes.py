@@ -18,6 +18,7 @@ from typing import Literal
 from sqlglot import exp
 
 from dbt_ivm.catalog import TableInfo
+from dbt_ivm.target import Target
 
 # "recomputed": any other aggregate (MIN, MAX, COUNT(DISTINCT …), STRING_AGG …, FILTER): no running
 # state; the groups a batch touches are recomputed from their rows.
@@ -254,21 +255,19 @@ def children(node: Plan | Relation) -> tuple[Plan | Relation, ...]:
     return (node.left, node.right)
 
 
-def whole_input_reason(node: Plan | Relation, dialect: str = "postgres") -> str | None:
+def whole_input_reason(node: Plan | Relation, target: Target) -> str | None:
     """Why every batch makes a differential refresh recompute a whole input (None: it follows the
     batch): a window function without PARTITION BY ranks every row of its input again; an ORDER BY
     … LIMIT by columns it does not show reads its input's top again (the stored rows cannot be
     ranked against the batch)."""
     if isinstance(node, Window) and not node.partition_by:
         window = next(w for o in node.outputs for w in o.expression.find_all(exp.Window))
-        return (
-            f"window function `{window.sql(dialect)}` has no PARTITION BY: every batch recomputes its input"
-        )
+        return f"window function `{window.sql(target.dialect)}` has no PARTITION BY: every batch recomputes its input"
     if isinstance(node, TopK) and node.hidden:
         return (
             "ORDER BY … LIMIT by columns the query does not select: every batch reads its input's top again"
         )
-    return next((r for c in children(node) if (r := whole_input_reason(c, dialect)) is not None), None)
+    return next((r for c in children(node) if (r := whole_input_reason(c, target)) is not None), None)
 
 
 def scans_in(node: Plan | Relation) -> Iterator[Scan]:

@@ -13,8 +13,9 @@ COUNT(*) FROM t``) keeps one column so its rows still exist.
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
 ...                    Column("amount", "numeric"), Column("notes", "text")), ("id",))
 >>> events = TableInfo("public", "events", (Column("kind", "text"), Column("props", "json")))
+>>> from dbt_ivm.target import POSTGRES
 >>> def reads(sql):
-...     plan = build_plan(sql, StaticCatalog([orders, events]), "st")
+...     plan = build_plan(POSTGRES, sql, StaticCatalog([orders, events]), "st")
 ...     return {table: list(names) for table, names in columns_read(plan).items()}
 >>> reads("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer")
 {'public.orders': ['id', 'customer', 'amount']}

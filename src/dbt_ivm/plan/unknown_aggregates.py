@@ -10,7 +10,8 @@ by name, so AUTO refreshes FULL.
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.plan import build_plan
 >>> t = TableInfo("public", "t", (Column("g", "text"), Column("b", "boolean")), ())
->>> build_plan("SELECT g, every(b) AS e FROM t GROUP BY g", StaticCatalog([t]), "flags")
+>>> from dbt_ivm.target import POSTGRES
+>>> build_plan(POSTGRES, "SELECT g, every(b) AS e FROM t GROUP BY g", StaticCatalog([t]), "flags")
 Traceback (most recent call last):
 ...
 dbt_ivm.errors.UnsupportedQuery: aggregate `EVERY("t"."b")` that dbt-ivm does not know in model flags ...

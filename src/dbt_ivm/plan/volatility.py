@@ -10,7 +10,8 @@ list of names.
 >>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
 >>> from dbt_ivm.plan import build_plan
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("amount", "numeric")), ("id",))
->>> build_plan("SELECT id, 'today'::date AS seen FROM orders", StaticCatalog([orders]), "stamped")
+>>> from dbt_ivm.target import POSTGRES
+>>> build_plan(POSTGRES, "SELECT id, 'today'::date AS seen FROM orders", StaticCatalog([orders]), "stamped")
 Traceback (most recent call last):
 ...
 dbt_ivm.errors.UnsupportedQuery: current date/time literal `CAST('today' AS DATE)` in model stamped ...

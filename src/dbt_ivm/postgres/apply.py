@@ -14,7 +14,7 @@ from sqlglot import exp
 from dbt_ivm.apply import keyed, multiset
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.delta.terms import aliased
-from dbt_ivm.keys import POSTGRES, Target, key_hash
+from dbt_ivm.keys import key_hash
 from dbt_ivm.layout import Layout
 from dbt_ivm.postgres import statistics
 from dbt_ivm.postgres.db import Db
@@ -22,6 +22,7 @@ from dbt_ivm.postgres.temp_names import unique
 from dbt_ivm.postgres.user_triggers import TriggerChoice, suppressed, write_keyed, write_multiset
 from dbt_ivm.spec import RefreshResult
 from dbt_ivm.sqltext import columns, q, with_first
+from dbt_ivm.target import POSTGRES, Target
 
 DIALECT = POSTGRES.dialect
 

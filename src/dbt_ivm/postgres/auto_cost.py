@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from dbt_ivm import cost
-from dbt_ivm.keys import Target
 from dbt_ivm.layout import Layout
 from dbt_ivm.postgres import apply as pg_apply
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.target import Target
 
 
 class Abandoned(Exception):

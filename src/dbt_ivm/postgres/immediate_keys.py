@@ -19,8 +19,9 @@ conflicts with every write: the writers of such a stream table take turns.
 >>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer_id", "int"),
 ...                    Column("amount", "numeric")), ("id",))
 >>> customers = TableInfo("public", "customers", (Column("id", "int"), Column("name", "text")), ("id",))
+>>> from dbt_ivm.target import POSTGRES
 >>> def keys(sql, *tables):
-...     plan = build_plan(sql, StaticCatalog([orders, customers]), "st")
+...     plan = build_plan(POSTGRES, sql, StaticCatalog([orders, customers]), "st")
 ...     found = conflict_columns(plan, layout_of(plan), list(tables))
 ...     return None if found is None else [[f"{c.table}.{c.name}" for c in columns] for columns in found]
 >>> keys("SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id", orders)

@@ -34,11 +34,12 @@ from dbt_ivm.catalog import TableInfo
 from dbt_ivm.delta import stream
 from dbt_ivm.delta.compact import text_changes
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
-from dbt_ivm.keys import Target, with_hash
+from dbt_ivm.keys import with_hash
 from dbt_ivm.layout import Layout
 from dbt_ivm.plan.nodes import Plan
 from dbt_ivm.reserved import internal_columns, renamed_select, source_relation
 from dbt_ivm.sqltext import WEIGHT, q, with_first
+from dbt_ivm.target import POSTGRES, Target
 
 DIALECT = "postgres"
 NEW_ROWS, OLD_ROWS = "__ivm_new_rows", "__ivm_old_rows"
@@ -260,6 +261,7 @@ def statements(
         rows_events: dict[str, str | None] = {}
         for event in per_source:
             bindings = Bindings(
+                POSTGRES,
                 current=current,
                 delta={source.qualified: transition_changes(source, event)},
                 inserted_only={source.qualified} if event == "INSERT" else set(),
@@ -270,12 +272,13 @@ def statements(
         by_source.append(events)
         rows_by_source.append(rows_events)
     everything = Bindings(
+        POSTGRES,
         current=current,
         delta={t.qualified: pending(i, t) for i, t in enumerate(sources)},  # pending_insert
     )
     combined, rows_combined = render(plan, layout, new_context(everything), stream_table, target, rows)
     assert combined is not None  # every source changed: some term reaches the table
-    contents = stream.contents(plan, layout, new_context(Bindings(current=current)))
+    contents = stream.contents(plan, layout, new_context(Bindings(POSTGRES, current=current)))
     recomputed = full_delta(stream_table, layout, contents)
     full = apply_statement(layout, recomputed, stream_table, target)
     stripes = None

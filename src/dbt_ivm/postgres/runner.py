@@ -34,7 +34,6 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.compact import needs_netting, text_changes
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.errors import InvalidQuery, IvmError, MissingPrivilege, TriggerNameTaken, UnsupportedQuery
-from dbt_ivm.keys import POSTGRES, Target
 from dbt_ivm.layout import Layout, key_never_null, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
@@ -59,6 +58,7 @@ from dbt_ivm.postgres.privileges import restrict_to_user_columns
 from dbt_ivm.reserved import BOOKKEEPING_DIFFERS, internal_column, is_reserved, source_relation
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from dbt_ivm.sqltext import WEIGHT, q, qn
+from dbt_ivm.target import POSTGRES, Target
 
 UNDEFINED_FUNCTION = "42883"  # what hashing a type without an extended hash function raises
 # Types without an equality operator: rows holding them cannot be compared or diffed.
@@ -128,7 +128,7 @@ def compile_query(db: Db, spec: StreamTableSpec, sql: str) -> Compiled:
         )
     catalog = PostgresCatalog(db)
     try:
-        plan = build_plan(sql, catalog, spec.model, [n for n, _ in output_types])
+        plan = build_plan(POSTGRES, sql, catalog, spec.model, [n for n, _ in output_types])
         sources = list({s.table.qualified: s.table for s in scans_in(plan)}.values())
         layout = layout_of(plan)
         # Every column's type (hidden ones too), and the aggregate calls' result types.
@@ -269,17 +269,17 @@ def _call_types(
     return call_types
 
 
-def context(compiled: Compiled, bindings: Bindings, dialect: str = "postgres") -> Context:
+def context(compiled: Compiled, bindings: Bindings) -> Context:
     """A rendering context with the compiled aggregate result types (an enum's or a domain's name too)."""
     types = {
-        node: {index: exp.DataType.build(t, dialect=dialect, udt=True) for index, t in calls.items()}
+        node: {index: exp.DataType.build(t, dialect=bindings.dialect, udt=True) for index, t in calls.items()}
         for node, calls in compiled.call_types.items()
     }
     return Context(bindings, call_types=types)
 
 
 def _current_bindings(sources: list[TableInfo]) -> Bindings:
-    return Bindings(current={t.qualified: source_relation(t) for t in sources})
+    return Bindings(POSTGRES, current={t.qualified: source_relation(t) for t in sources})
 
 
 def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult:
@@ -757,7 +757,7 @@ def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> pro
         statements=statements,
         full=statements.full,
         static_full_reason=None,
-        whole_input_reason=whole_input_reason(compiled.plan),
+        whole_input_reason=whole_input_reason(compiled.plan, POSTGRES),
         virtual=virtual,
         netted=needs_netting(compiled.plan),
     )
@@ -822,7 +822,7 @@ def _choose_full_reason(
     """Why this refresh must be FULL (None: differential), the number of changes, the changed sources."""
     if current.needs_full and spec.refresh_mode != "full" and compiled.plan is not None:
         return current.needs_full, 0, []
-    whole_input = whole_input_reason(compiled.plan) if compiled.plan is not None else None
+    whole_input = whole_input_reason(compiled.plan, POSTGRES) if compiled.plan is not None else None
     reason = lifecycle.full_reason(spec, compiled.unsupported, current.frontier is not None, whole_input)
     if reason is not None or current.frontier is None:
         return reason, 0, []

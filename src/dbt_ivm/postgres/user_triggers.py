@@ -25,13 +25,13 @@ from sqlglot import exp
 from dbt_ivm.apply import explicit, multiset
 from dbt_ivm.catalog import qualified_name
 from dbt_ivm.errors import IvmError
-from dbt_ivm.keys import Target
 from dbt_ivm.layout import Layout
 from dbt_ivm.postgres import outside_writes
 from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TRIGGER_PREFIX
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.spec import RefreshResult, StreamTableSpec, UserTriggers
 from dbt_ivm.sqltext import lit, q
+from dbt_ivm.target import Target
 
 # pg_trigger.tgtype bits (PostgreSQL's TRIGGER_TYPE_* in catalog/pg_trigger.h).
 ROW, BEFORE, ON_INSERT, ON_DELETE, ON_UPDATE = 1, 2, 4, 8, 16

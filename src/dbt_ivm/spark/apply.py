@@ -21,13 +21,14 @@ from dbt_ivm.apply import grouped, keyed, multiset
 from dbt_ivm.apply.key_span import KeySpan
 from dbt_ivm.delta.stream import GroupChange
 from dbt_ivm.delta.terms import aliased
-from dbt_ivm.keys import SPARK, same_values
+from dbt_ivm.keys import same_values
 from dbt_ivm.layout import Layout
 from dbt_ivm.plan.build import group_placeholder
 from dbt_ivm.spark import observed, upkeep
 from dbt_ivm.spark.commit import Stamp, commit_with
 from dbt_ivm.spark.iceberg import load_table, quoted_name, sql_string, total_records
 from dbt_ivm.sqltext import WEIGHT, all_of, columns
+from dbt_ivm.target import SPARK
 
 DIALECT = SPARK.dialect
 

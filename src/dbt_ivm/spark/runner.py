@@ -50,7 +50,6 @@ from dbt_ivm.errors import (
     SparkFailed,
     UnsupportedQuery,
 )
-from dbt_ivm.keys import SPARK
 from dbt_ivm.layout import HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
@@ -88,6 +87,7 @@ from dbt_ivm.spark.commit import (
 from dbt_ivm.spark.iceberg import quoted_name
 from dbt_ivm.spark.source_versions import SourceVersions
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
+from dbt_ivm.target import SPARK
 
 KILL_POINTS = ("before_changes", "before_merge", "during_merge", "after_merge", "after_history")
 _locks: dict[str, threading.Lock] = {}
@@ -154,7 +154,7 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
             raise IncomparableColumn(spec.model, field.name, field.dataType.simpleString())
     catalog = SparkCatalog(spark)
     try:
-        plan = build_plan(sql, catalog, spec.model, output_names, dialect="spark")
+        plan = build_plan(SPARK, sql, catalog, spec.model, output_names)
     except UnsupportedQuery as unsupported:
         if spec.refresh_mode == "differential":
             raise
@@ -163,10 +163,7 @@ def compile_query(spark: Any, spec: StreamTableSpec, sql: str) -> Compiled:
     names = {s.table.qualified for s in scans_in(plan)}
     sources = [catalog.tables[n] for n in sorted(names)]
     call_types: dict[int, dict[int, str]] = {}
-    current = Bindings(
-        current={s.info.qualified: source_relation(s.info) for s in sources},
-        dialect="spark",
-    )
+    current = Bindings(SPARK, current={s.info.qualified: source_relation(s.info) for s in sources})
     try:
         for aggregate, probe in stream.call_probes(plan, Context(current)):
             fields = spark.sql(probe.sql("spark")).schema.fields
@@ -500,7 +497,7 @@ def _contents(
     relation)."""
     if compiled.plan is not None and compiled.layout is not None:
         current = _current_bindings(views, compiled.sources, versions, compiled.reads)
-        bindings = Bindings(current=current, dialect="spark")
+        bindings = Bindings(SPARK, current=current)
         return compiled.layout, stream.contents(compiled.plan, compiled.layout, _context(compiled, bindings))
     # Not maintainable: the user's Spark SQL as a view, which sqlglot never parses.
     return spark_apply.plain_layout(compiled.output_names), views.view("query", sql)
@@ -596,7 +593,7 @@ def _refresh(
     if reason is None:
         assert compiled.plan is not None and compiled.layout is not None and frontier is not None
         current = _current_bindings(views, compiled.sources, versions, compiled.reads)
-        bindings = Bindings(current=current, dialect="spark")
+        bindings = Bindings(SPARK, current=current)
         batch = source_changes.bind(spark, views, spec, frontier, ends, changed, bindings, compiled.reads)
         reason, changes = batch.full_reason, batch.changes_read
         if batch.rebuild and reason is not None:
@@ -710,7 +707,7 @@ def _full_reason(
         return f"not Iceberg tables, no change history: {names}"
     if spec.refresh_mode != "full" and compiled.plan is not None and frontier is None:
         return UNSTAMPED
-    whole_input = whole_input_reason(compiled.plan, "spark") if compiled.plan is not None else None
+    whole_input = whole_input_reason(compiled.plan, SPARK) if compiled.plan is not None else None
     reason = lifecycle.full_reason(spec, compiled.unsupported, frontier is not None, whole_input)
     if reason is not None or frontier is None:
         return reason

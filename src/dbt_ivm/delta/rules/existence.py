@@ -20,7 +20,8 @@ had none before, so it gets weight −1 and leaves the stream table.
 >>> from dbt_ivm.delta.rules.item import after_item, delta_item
 >>> from dbt_ivm.plan.nodes import Scan
 >>> o, r = Scan(0, "o", TableInfo("public", "orders", ())), Scan(1, "r", TableInfo("public", "returns", ()))
->>> ctx = Context(Bindings.named({"public.orders": "orders", "public.returns": "returns"}, {"public.orders": "d_o"}))
+>>> from dbt_ivm.target import POSTGRES
+>>> ctx = Context(Bindings.named(POSTGRES, {"public.orders": "orders", "public.returns": "returns"}, {"public.orders": "d_o"}))
 >>> c = exp.condition("r.order_id = o.id")
 >>> orders, returns = Side(delta_item(o, ctx), after_item(o), None, (o,)), Side([], after_item(r), None, (r,))
 >>> [term] = delta_existence("anti", orders, returns, c, ctx)

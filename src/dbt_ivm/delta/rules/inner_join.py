@@ -19,11 +19,12 @@ contributes no term.
 >>> from dbt_ivm.delta.rules.item import after_item, before_item, delta_item
 >>> from dbt_ivm.plan.nodes import Scan
 >>> o, c = Scan(0, "o", TableInfo("public", "orders", ())), Scan(1, "c", TableInfo("public", "customers", ()))
->>> ctx = Context(Bindings.named({}, {"public.orders": "do", "public.customers": "dc"}))
+>>> from dbt_ivm.target import POSTGRES
+>>> ctx = Context(Bindings.named(POSTGRES, {}, {"public.orders": "do", "public.customers": "dc"}))
 >>> sides = [Side(delta_item(s, ctx), after_item(s), None, (s,)) for s in (o, c)]
 >>> [(t.sign, [r.mode for r in t.reads]) for t in delta_inner_join(*sides, None)]
 [(1, ['delta', 'current']), (1, ['current', 'delta']), (-1, ['delta', 'delta'])]
->>> ctx = Context(Bindings.named({}, {"public.orders": "do", "public.customers": "dc"}, before={}))
+>>> ctx = Context(Bindings.named(POSTGRES, {}, {"public.orders": "do", "public.customers": "dc"}, before={}))
 >>> sides = [Side(delta_item(s, ctx), after_item(s), before_item(s, ctx), (s,)) for s in (o, c)]
 >>> [(t.sign, [r.mode for r in t.reads]) for t in delta_inner_join(*sides, None)]
 [(1, ['delta', 'before']), (1, ['current', 'delta'])]

@@ -10,9 +10,10 @@ item can also be read as it was (`before_item`); a derived item is then its plan
 >>> from dbt_ivm.delta.terms import Bindings, Context
 >>> from dbt_ivm.plan.nodes import Scan
 >>> orders = Scan(0, "o", TableInfo("public", "orders", ()))
->>> [r.mode for t in delta_item(orders, Context(Bindings.named({}, {"public.orders": "d"}))) for r in t.reads]
+>>> from dbt_ivm.target import POSTGRES
+>>> [r.mode for t in delta_item(orders, Context(Bindings.named(POSTGRES, {}, {"public.orders": "d"}))) for r in t.reads]
 ['delta']
->>> delta_item(orders, Context(Bindings.named({"public.orders": "orders"})))
+>>> delta_item(orders, Context(Bindings.named(POSTGRES, {"public.orders": "orders"})))
 []
 """
 

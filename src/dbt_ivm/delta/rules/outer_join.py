@@ -16,7 +16,8 @@ anti-join part reads the orders joined to the customers' changes summed per key 
 >>> from dbt_ivm.delta.rules.item import after_item, delta_item
 >>> from dbt_ivm.plan.nodes import Scan
 >>> o, c = Scan(0, "o", TableInfo("public", "orders", ())), Scan(1, "c", TableInfo("public", "customers", ()))
->>> ctx = Context(Bindings.named({"public.orders": "orders", "public.customers": "customers"}, {"public.customers": "d_c"}))
+>>> from dbt_ivm.target import POSTGRES
+>>> ctx = Context(Bindings.named(POSTGRES, {"public.orders": "orders", "public.customers": "customers"}, {"public.customers": "d_c"}))
 >>> sides = [Side(delta_item(s, ctx), after_item(s), None, (s,)) for s in (o, c)]
 >>> terms = delta_outer_join("left", *sides, exp.condition("o.customer_id = c.id"), ctx)
 >>> [([r.mode for r in t.reads], len(t.factors)) for t in terms]

@@ -14,7 +14,8 @@ partner count now, the count before was ``n − w`` (≥ 0), so a row gained its
 >>> from dbt_ivm.delta.rules.item import after_item, delta_item
 >>> from dbt_ivm.plan.nodes import Scan
 >>> c, o = Scan(0, "c", TableInfo("public", "customers", ())), Scan(1, "o", TableInfo("public", "orders", ()))
->>> ctx = Context(Bindings.named({"public.customers": "customers", "public.orders": "orders"}, {"public.orders": "d_o"}))
+>>> from dbt_ivm.target import POSTGRES
+>>> ctx = Context(Bindings.named(POSTGRES, {"public.customers": "customers", "public.orders": "orders"}, {"public.orders": "d_o"}))
 >>> customers, orders = Side([], after_item(c), None, (c,)), Side(delta_item(o, ctx), after_item(o), None, (o,))
 >>> partners, on = changed_partners(customers, orders, exp.condition("o.customer_id = c.id AND o.amount > 0"), ctx)
 >>> print(term_select(partners, [exp.column("__ivm_k0", "__ivm_partners1", quoted=True)], ctx, weighted=False).sql("postgres"))
