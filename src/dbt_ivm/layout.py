@@ -81,13 +81,16 @@ from dbt_ivm.plan.nodes import (
     Plan,
     Project,
     Relation,
+    Rows,
     Scan,
     SetOp,
     TopK,
+    UnionAll,
     Window,
     items_of,
     never_null,
     padded_aliases,
+    unknown_node,
 )
 from dbt_ivm.reserved import internal_column
 
@@ -183,22 +186,26 @@ def plan_key(plan: Plan) -> tuple[str, ...] | None:
     """Output columns no two of the plan's rows share (empty: at most one row): an aggregate's group
     keys, when it shows them all; a keyed projection's key, when it shows all of it; a distinct set
     operation's columns; a window's or TopK's input key, when it passes it on. None: unknown."""
-    if isinstance(plan, Aggregate):
-        names = tuple(_output_of(plan, group_placeholder(i)) for i in range(len(plan.group_by)))
-        return None if any(n is None for n in names) else tuple(n for n in names if n is not None)
-    if isinstance(plan, Project):
-        keys = [column for _, _, column in stored_keys(plan)]
-        return tuple(keys) if keys and all(k in plan.names for k in keys) else None
-    if isinstance(plan, SetOp):  # UNION / INTERSECT / EXCEPT without ALL: each row once
-        return None if plan.all else plan.names
-    if isinstance(plan, TopK):  # some of its input's rows: their key, when it shows it
-        key = plan_key(plan.input)
-        return None if key is None or any(k in plan.hidden for k in key) else key
-    if isinstance(plan, Window):  # one row per input row: the input's key, when passed through
-        key = plan_key(plan.input)
-        passed = {o.expression.name: o.name for o in plan.outputs if isinstance(o.expression, exp.Column)}
-        return None if key is None or any(k not in passed for k in key) else tuple(passed[k] for k in key)
-    return None
+    match plan:
+        case Aggregate():
+            names = tuple(_output_of(plan, group_placeholder(i)) for i in range(len(plan.group_by)))
+            return None if any(n is None for n in names) else tuple(n for n in names if n is not None)
+        case Project():
+            keys = [column for _, _, column in stored_keys(plan)]
+            return tuple(keys) if keys and all(k in plan.names for k in keys) else None
+        case SetOp():  # UNION / INTERSECT / EXCEPT without ALL: each row once
+            return None if plan.all else plan.names
+        case TopK():  # some of its input's rows: their key, when it shows it
+            key = plan_key(plan.input)
+            return None if key is None or any(k in plan.hidden for k in key) else key
+        case Window():  # one row per input row: the input's key, when passed through
+            key = plan_key(plan.input)
+            passed = {o.expression.name: o.name for o in plan.outputs if isinstance(o.expression, exp.Column)}
+            return None if key is None or any(k not in passed for k in key) else tuple(passed[k] for k in key)
+        case UnionAll() | Rows():  # a bag: rows may repeat
+            return None
+        case _:
+            unknown_node(plan)
 
 
 def stored_keys(plan: Project) -> list[tuple[Item, str, str]]:

@@ -22,7 +22,19 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.aggregates.base import plus
 from dbt_ivm.delta.setop import delta_setop, setop_contents
 from dbt_ivm.delta.terms import Context, Mode, aliased, term_select, union_all
-from dbt_ivm.plan.nodes import Aggregate, Derived, Filter, Plan, Project, Rows, SetOp, TopK, UnionAll, Window
+from dbt_ivm.plan.nodes import (
+    Aggregate,
+    Derived,
+    Filter,
+    Plan,
+    Project,
+    Rows,
+    SetOp,
+    TopK,
+    UnionAll,
+    Window,
+    unknown_node,
+)
 from dbt_ivm.sqltext import WEIGHT
 
 INPUT, NOW, CHANGED, BEFORE = "__ivm_in", "__ivm_now", "__ivm_chg", "__ivm_before"
@@ -80,47 +92,61 @@ def renamed(
 
 def contents(plan: Plan, ctx: Context) -> exp.Query:
     context(ctx)
-    if isinstance(plan, Project):
-        outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in plan.outputs]
-        return union_all(
-            [term_select(t, outputs, ctx, weighted=False) for t in relation.after(plan.input, ctx)]
-        )
-    if isinstance(plan, Aggregate):
-        rows = grouping.input_rows(plan, "after", ctx)
-        assert rows is not None
-        return grouping.from_scratch(plan, rows)
-    if isinstance(plan, UnionAll):
-        return union_all([renamed(contents(p, ctx), p.names, plan.names) for p in plan.inputs])
-    if isinstance(plan, Window):
-        return window.contents(plan, ctx)
-    if isinstance(plan, Rows):
-        return plan.query.copy()
-    assert not isinstance(plan, TopK), "a TopK is read by delta/topk.py"
-    return setop_contents(plan, contents(plan.left, ctx), contents(plan.right, ctx))
+    match plan:
+        case Project():
+            outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in plan.outputs]
+            return union_all(
+                [term_select(t, outputs, ctx, weighted=False) for t in relation.after(plan.input, ctx)]
+            )
+        case Aggregate():
+            rows = grouping.input_rows(plan, "after", ctx)
+            assert rows is not None
+            return grouping.from_scratch(plan, rows)
+        case UnionAll():
+            return union_all([renamed(contents(p, ctx), p.names, plan.names) for p in plan.inputs])
+        case Window():
+            return window.contents(plan, ctx)
+        case Rows():
+            return plan.query.copy()
+        case SetOp():
+            return setop_contents(plan, contents(plan.left, ctx), contents(plan.right, ctx))
+        case TopK():
+            raise AssertionError("a TopK is read by delta/topk.py")
+        case _:
+            unknown_node(plan)
 
 
 def delta(plan: Plan, ctx: Context, restrict: exp.Exists | None = None) -> exp.Query | None:
     """The plan's change over the batch (None: no input changed); a grouping's, only for the groups
     `restrict` keeps (the ones a term can join, `sideways`), the batch's other groups left out."""
     context(ctx)
-    if isinstance(plan, Project):
-        outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in plan.outputs]
-        terms = relation.delta(plan.input, ctx)
-        return union_all([term_select(t, outputs, ctx) for t in terms]) if terms else None
-    if isinstance(plan, Aggregate):
-        found = _delta_aggregate(plan, ctx, restrict if plan.group_by else None)
-        if found is None or not unchanged.comparable(plan):
-            return found
-        return unchanged.without_unchanged(found, plan.names, ctx.pinned)
-    if isinstance(plan, UnionAll):
-        parts = [(p, delta(p, ctx)) for p in plan.inputs]
-        changed = [renamed(d, p.names, plan.names, weighted=True) for p, d in parts if d is not None]
-        return union_all(changed) if changed else None
-    if isinstance(plan, Window):
-        return window.delta(plan, ctx)
-    if isinstance(plan, Rows):  # written in the query: no batch changes them
-        return None
-    assert isinstance(plan, SetOp), "a TopK is read by delta/topk.py"
+    match plan:
+        case Project():
+            outputs = [exp.alias_(o.expression, o.name, quoted=True) for o in plan.outputs]
+            terms = relation.delta(plan.input, ctx)
+            return union_all([term_select(t, outputs, ctx) for t in terms]) if terms else None
+        case Aggregate():
+            found = _delta_aggregate(plan, ctx, restrict if plan.group_by else None)
+            if found is None or not unchanged.comparable(plan):
+                return found
+            return unchanged.without_unchanged(found, plan.names, ctx.pinned)
+        case UnionAll():
+            parts = [(p, delta(p, ctx)) for p in plan.inputs]
+            changed = [renamed(d, p.names, plan.names, weighted=True) for p, d in parts if d is not None]
+            return union_all(changed) if changed else None
+        case Window():
+            return window.delta(plan, ctx)
+        case Rows():  # written in the query: no batch changes them
+            return None
+        case SetOp():
+            return _delta_setop(plan, ctx)
+        case TopK():
+            raise AssertionError("a TopK is read by delta/topk.py")
+        case _:
+            unknown_node(plan)
+
+
+def _delta_setop(plan: SetOp, ctx: Context) -> exp.Query | None:
     left, right = delta(plan.left, ctx), delta(plan.right, ctx)
     if left is None and right is None:
         return None

@@ -28,7 +28,7 @@ from dbt_ivm.delta.rules.inner_join import after_inner_join, delta_inner_join
 from dbt_ivm.delta.rules.item import after_item, before_item, delta_item, undone_item
 from dbt_ivm.delta.rules.outer_join import after_outer_join, delta_outer_join
 from dbt_ivm.delta.terms import Context, Side, Term
-from dbt_ivm.plan.nodes import Derived, Filter, Item, Join, Relation, Scan, items_of
+from dbt_ivm.plan.nodes import Derived, Filter, Item, Join, Relation, Scan, items_of, unknown_node
 
 
 def after(relation: Relation, ctx: Context) -> list[Term]:
@@ -56,19 +56,31 @@ def undone(relation: Relation, ctx: Context) -> list[Term] | None:
 
 
 def _linear(relation: Relation) -> bool:
-    if isinstance(relation, Scan | Derived):
-        return True
-    if isinstance(relation, Filter):
-        return _linear(relation.input)
-    return relation.kind == "inner" and _linear(relation.left) and _linear(relation.right)
+    match relation:
+        case Scan() | Derived():
+            return True
+        case Filter():
+            return _linear(relation.input)
+        case Join():
+            return relation.kind == "inner" and _linear(relation.left) and _linear(relation.right)
+        case _:
+            unknown_node(relation)
 
 
 def _state(relation: Relation, ctx: Context, leaf: Callable[[Item], list[Term]]) -> list[Term]:
     """The relation's rows with every item read by `leaf` (its state after, or before, the batch)."""
-    if isinstance(relation, Scan | Derived):
-        return leaf(relation)
-    if isinstance(relation, Filter):
-        return filtered(_state(relation.input, ctx, leaf), relation.predicate)
+    match relation:
+        case Scan() | Derived():
+            return leaf(relation)
+        case Filter():
+            return filtered(_state(relation.input, ctx, leaf), relation.predicate)
+        case Join():
+            return _joined_state(relation, ctx, leaf)
+        case _:
+            unknown_node(relation)
+
+
+def _joined_state(relation: Join, ctx: Context, leaf: Callable[[Item], list[Term]]) -> list[Term]:
     left, right = _state(relation.left, ctx, leaf), _state(relation.right, ctx, leaf)
     if relation.kind == "inner":
         return after_inner_join(left, right, relation.condition)
@@ -80,11 +92,15 @@ def _state(relation: Relation, ctx: Context, leaf: Callable[[Item], list[Term]])
 
 
 def delta(relation: Relation, ctx: Context) -> list[Term]:
-    if isinstance(relation, Scan | Derived):
-        return delta_item(relation, ctx)
-    if isinstance(relation, Filter):
-        return filtered(delta(relation.input, ctx), relation.predicate)
-    return _delta_join(relation, ctx)
+    match relation:
+        case Scan() | Derived():
+            return delta_item(relation, ctx)
+        case Filter():
+            return filtered(delta(relation.input, ctx), relation.predicate)
+        case Join():
+            return _delta_join(relation, ctx)
+        case _:
+            unknown_node(relation)
 
 
 def _side(relation: Relation, ctx: Context) -> Side:

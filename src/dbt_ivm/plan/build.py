@@ -17,30 +17,25 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import NormalizationStrategy
 from sqlglot.errors import OptimizeError, ParseError
-from sqlglot.optimizer.annotate_types import annotate_types
-from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
-from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import MappingSchema
 
 from dbt_ivm.catalog import Catalog, FunctionCall, TableInfo, qualified_name
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
-from dbt_ivm.plan import generators, rewrites
+from dbt_ivm.plan import generators, passes, rewrites
 from dbt_ivm.plan.correlation import correlated, equalities
-from dbt_ivm.plan.embedded_subqueries import unnested_in_expressions
 from dbt_ivm.plan.hidden_order import ORDER_ALIAS, with_hidden_order
-from dbt_ivm.plan.in_values import SPARK_IN_VALUES, in_values_as_exists
-from dbt_ivm.plan.internal_names import rename_reserved_columns, rename_reserved_names
-from dbt_ivm.plan.join_parentheses import flatten_join_parentheses, nested_joins_as_subqueries
-from dbt_ivm.plan.lateral import from_generators
+from dbt_ivm.plan.in_values import SPARK_IN_VALUES
+from dbt_ivm.plan.internal_names import rename_reserved_columns
+from dbt_ivm.plan.join_parentheses import flatten_join_parentheses
 from dbt_ivm.plan.messages import excerpt, shown, written_in
 from dbt_ivm.plan.nodes import (
     AggCall,
@@ -65,13 +60,9 @@ from dbt_ivm.plan.nodes import (
     all_items,
     scans_in,
 )
-from dbt_ivm.plan.ordered_set_operations import ordered_set_operation_as_select
 from dbt_ivm.plan.plain_subqueries import is_plain
 from dbt_ivm.plan.positions import in_truth_position
-from dbt_ivm.plan.quantified_subqueries import quantified_as_exists
 from dbt_ivm.plan.row_counts import NoRowCount, row_count
-from dbt_ivm.plan.scalar_subqueries import joined_scalar_aggregates
-from dbt_ivm.plan.uncorrelated_exists import uncorrelated_exists_as_counts
 from dbt_ivm.plan.unknown_aggregates import refuse_unknown_aggregates
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
 from dbt_ivm.reserved import internal_columns
@@ -126,17 +117,10 @@ def _planned(
     schema = MappingSchema(dict[str, object](by_schema), dialect=dialect, normalize=case_insensitive)
     if target.keyword_values:
         refuse_value_keywords(tree, model)  # qualify would take them for unknown columns
+    aliases = itertools.count(1)  # derived tables the passes and the planner add: __ivm_s1, …
+    setting = passes.Setting(model, target, schema, (f"__ivm_s{n}" for n in aliases))
     try:
-        tree = qualify(
-            tree, schema=schema, dialect=dialect, quote_identifiers=True, validate_qualify_columns=True
-        )
-        tree = rename_reserved_names(tree)
-        tree = quantified_as_exists(tree)
-        tree = ordered_set_operation_as_select(tree)
-        tree = merge_subqueries(tree)
-        tree = nested_joins_as_subqueries(tree)
-        tree = from_generators(tree, model)
-        tree = annotate_types(tree, schema=schema, dialect=dialect)  # typed NULLs of grouping sets
+        tree = passes.rewritten_query(tree, setting)
     except OptimizeError as error:
         _refuse_system_columns(tree, model, target)
         raise InvalidQuery(model, str(error)) from error
@@ -157,7 +141,7 @@ def _planned(
     rename_reserved_columns(tree, tables)
     refuse_unknown_aggregates(tree, catalog, model)
     set_returning = generators.set_returning_calls(tree, catalog)
-    plan = _Planner(tables, model, target, case_insensitive, set_returning).query(tree, tuple(names))
+    plan = _Planner(tables, setting, aliases, case_insensitive, set_returning).query(tree, tuple(names))
     _refuse_queries_in_expressions(plan, model)
     if next(scans_in(plan), None) is None:
         raise UnsupportedQuery(model, "a query that reads no table", "use a view or table model")
@@ -386,16 +370,16 @@ class _Planner:
     def __init__(
         self,
         tables: dict[str, TableInfo],
-        model: str,
-        target: Target,
+        setting: passes.Setting,
+        aliases: Iterator[int],
         case_insensitive: bool = False,
         set_returning: frozenset[FunctionCall] = frozenset(),
     ) -> None:
-        self.tables, self.model, self.case_insensitive = tables, model, case_insensitive
-        self.target = target
+        self.tables, self.case_insensitive = tables, case_insensitive
+        self.setting, self.model, self.target = setting, setting.model, setting.target
         self.set_returning = set_returning
         self.positions = itertools.count()
-        self.aliases = itertools.count(1)
+        self.aliases = aliases  # shared with `setting.aliases`: one numbering
 
     def refuse(self, construct: str, fix: str = "use refresh_mode='full'") -> NoReturn:
         raise UnsupportedQuery(self.model, construct, fix)
@@ -410,10 +394,7 @@ class _Planner:
         if not isinstance(node, exp.Select):
             self.refuse(f"`{excerpt(node)}`", "write a SELECT")
         names = names or tuple(s.alias_or_name for s in node.selects)
-        in_values_as_exists(node, self.target)
-        uncorrelated_exists_as_counts(node)
-        joined_scalar_aggregates(node, (f"__ivm_s{n}" for n in self.aliases))
-        unnested_in_expressions(node, (f"__ivm_s{n}" for n in self.aliases))
+        passes.rewrite_select(node, self.setting)
         rewritten = self.rewritten(node)
         if rewritten is not None:
             return self.query(rewritten, names)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NoReturn
 
 from sqlglot import exp
 
@@ -192,6 +192,12 @@ class Rows:
 
 
 Plan = Project | Aggregate | UnionAll | SetOp | TopK | Window | Rows
+
+
+def unknown_node(node: NoReturn) -> NoReturn:
+    """The last case of a `match` over every kind of `Plan` or `Relation`: mypy reports a kind a
+    dispatch leaves out (`node` is then not of type NoReturn), and at run time it cannot be reached."""
+    raise AssertionError(f"no case for {type(node).__name__}")
 
 
 def items_of(relation: Relation) -> tuple[Item, ...]:
