@@ -2,8 +2,8 @@
 
     python -m tests.spark.kill_child prepare WAREHOUSE SCHEMA...  # in each SCHEMA: sources, stream
                                     # tables, a batch of DML, the first stream table refreshed
-    python -m tests.spark.kill_child kill WAREHOUSE SCHEMA  # the last stream table's refresh, killed
-                                    # at DBT_IVM_SPARK_KILL_AT
+    python -m tests.spark.kill_child kill WAREHOUSE SCHEMA POINT  # the last stream table's refresh,
+                                    # killed at POINT (dbt_ivm.spark.crash_points)
     python -m tests.spark.kill_child recover WAREHOUSE SCHEMA...  # the next refreshes of each
                                     # schema must be correct: prints "recovered SCHEMA" or the error
 
@@ -15,14 +15,18 @@ refreshes slow, so only the refresh that dies runs in a process of its own.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
 from typing import Any
 
+from dbt_ivm.spark import crash_points
 from tests.spark.oracle import refresh_and_check
 from tests.spark.sessions import build_session
 
-KILL_ENV = "DBT_IVM_SPARK_KILL_AT"
+# during_merge: killed by a timer this far into the MERGE, which takes seconds on Spark.
+MERGE_KILL_DELAY = 0.2
 
 
 def streams(s: str) -> dict[str, str]:
@@ -56,9 +60,20 @@ def prepare(spark: Any, s: str) -> None:
         refresh_and_check(spark, s, name, query, "before the kill", refresh_mode="differential")
 
 
+def die() -> None:
+    """Like a crashed machine: the process group (this process and its JVM) is SIGKILLed."""
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
 def kill(spark: Any, s: str, kill_at: str) -> None:
+    def hook(point: str) -> None:
+        if point == kill_at == "during_merge":
+            threading.Timer(MERGE_KILL_DELAY, die).start()
+        elif point == kill_at:
+            die()
+
     name, query = list(streams(s).items())[-1]
-    os.environ[KILL_ENV] = kill_at
+    crash_points.install(hook)
     refresh_and_check(spark, s, name, query, "killed", refresh_mode="differential")
 
 
@@ -79,14 +94,14 @@ def recover(spark: Any, s: str) -> None:
 
 def main() -> None:
     phase, warehouse, *schemas = sys.argv[1:]
-    kill_at = os.environ.pop(KILL_ENV, "")
     spark = build_session(warehouse)
     if phase == "prepare":
         for schema in schemas:
             prepare(spark, schema)
         return
     if phase == "kill":
-        kill(spark, schemas[0], kill_at)
+        schema, kill_at = schemas
+        kill(spark, schema, kill_at)
         return
     for schema in schemas:
         try:

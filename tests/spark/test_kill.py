@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dbt_ivm.spark.runner import KILL_POINTS
+from dbt_ivm.spark.crash_points import KILL_POINTS
 
 pytestmark = pytest.mark.spark
 
@@ -23,12 +23,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTED_POINTS = KILL_POINTS
 
 
-def _child(phase: str, warehouse: Path, *schemas: str, kill_at: str = "") -> subprocess.CompletedProcess[str]:
-    # during_merge: killed by a timer this far into the MERGE, which takes seconds on Spark.
-    env = {**os.environ, "DBT_IVM_SPARK_KILL_AT": kill_at, "DBT_IVM_SPARK_KILL_DELAY": "0.2"}
+def _child(phase: str, warehouse: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     return subprocess.run(
-        [sys.executable, "-m", "tests.spark.kill_child", phase, str(warehouse), *schemas],
+        [sys.executable, "-m", "tests.spark.kill_child", phase, str(warehouse), *arguments],
         cwd=ROOT,
         env=env,
         start_new_session=True,
@@ -51,7 +50,7 @@ def recovered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     assert prepared.returncode == 0, f"{prepared.stdout}\n{prepared.stderr[-3000:]}"
     outcome: dict[str, str] = {}
     for point in TESTED_POINTS:
-        killed = _child("kill", warehouse, point, kill_at=point)
+        killed = _child("kill", warehouse, point, point)  # each point in a schema named after it
         if killed.returncode != -9:
             outcome[point] = f"not killed: {killed.returncode}\n{killed.stdout}\n{killed.stderr[-3000:]}"
     alive = [p for p in TESTED_POINTS if p not in outcome]

@@ -15,9 +15,7 @@ Iceberg commit. A run killed before that commit redoes the batch; one killed aft
 frontier. A rebuild writes the registry first, then the table with its stamp: a crash in between
 leaves either no table (CREATE) or a table stamped with another query's fingerprint (REBUILD).
 
-Crash points for tests: ``DBT_IVM_SPARK_KILL_AT`` names one of ``KILL_POINTS``; the process group is
-SIGKILLed there (``during_merge`` kills from a timer ``DBT_IVM_SPARK_KILL_DELAY`` seconds into the
-MERGE).
+The kill tests crash a refresh at each of ``crash_points.KILL_POINTS`` through a hook they install.
 """
 
 from __future__ import annotations
@@ -25,8 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import os
-import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -65,6 +61,7 @@ from dbt_ivm.reserved import (
 from dbt_ivm.spark import apply as spark_apply
 from dbt_ivm.spark import (
     auto_cost,
+    crash_points,
     failures,
     field_ids,
     key_check,
@@ -89,7 +86,6 @@ from dbt_ivm.spark.source_versions import SourceVersions
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
 from dbt_ivm.target import SPARK
 
-KILL_POINTS = ("before_changes", "before_merge", "during_merge", "after_merge", "after_history")
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -124,12 +120,6 @@ def _parts(spec: StreamTableSpec) -> tuple[str, str]:
 
 def _table(spec: StreamTableSpec) -> exp.Table:
     return exp.table_(spec.name, spec.schema, quoted=True)
-
-
-def _kill_point(point: str) -> None:
-    """Test hook: die here like a crashed machine (the JVM child goes with the process group)."""
-    if os.environ.get("DBT_IVM_SPARK_KILL_AT") == point:
-        os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 @contextmanager
@@ -585,7 +575,7 @@ def _refresh(
         result = RefreshResult(action="SKIP", reason="no changes")
         lifecycle.record(backend, result, 0, started)
         return result
-    _kill_point("before_changes")
+    crash_points.reached("before_changes")
     changes = 0
     differential_reason: str | None = None  # slow paths taken, AUTO's numbers
     delta: exp.Query | stream.GroupChange | None = None
@@ -653,7 +643,7 @@ def _refresh(
             why = _refuse_repeated_key(backend, compiled, versions, drop=False)
             return _build(backend, sql, "REBUILD", why, started)
     lifecycle.record(backend, result, changes, started)
-    _kill_point("after_history")
+    crash_points.reached("after_history")
     return result
 
 
@@ -681,14 +671,10 @@ def _commit(spark: Any, spec: StreamTableSpec, prepared: spark_apply.Prepared, s
     if not prepared.changes_anything:
         stamp_without_data(spark, _parts(spec), stamp)
         return
-    _kill_point("before_merge")
-    timer = None
-    if os.environ.get("DBT_IVM_SPARK_KILL_AT") == "during_merge":
-        delay = float(os.environ.get("DBT_IVM_SPARK_KILL_DELAY", "0.5"))
-        timer = threading.Timer(delay, lambda: os.killpg(os.getpgid(0), signal.SIGKILL))
-        timer.start()
+    crash_points.reached("before_merge")
+    crash_points.reached("during_merge")
     commit_with(spark, _parts(spec), stamp, lambda: _merge(spark, prepared.merge))
-    _kill_point("after_merge")
+    crash_points.reached("after_merge")
 
 
 def _merge(spark: Any, merge: str) -> None:
