@@ -19,7 +19,7 @@ ENGINE_MODULES = [
         or m.name in ("dbt_ivm.spark.touched_files", "dbt_ivm.spark.carried_columns")
     ),
     "dbt_ivm.cli",
-    "dbt.adapters.ivm_postgres.stream_table_config",  # the adapters' shared config and messages
+    "dbt.adapters.ivm_common.stream_table_config",  # the adapters' shared config and messages
     "dbt.adapters.ivm_postgres.indexes",
 ]
 

@@ -1,7 +1,7 @@
 """The `ivm_postgres` dbt adapter: dbt-postgres plus the `stream_table` materialization."""
 
 from dbt.adapters.base.plugin import AdapterPlugin
-from dbt.adapters.ivm_postgres import compile_check
+from dbt.adapters.ivm_common import compile_check
 from dbt.adapters.ivm_postgres.connections import IvmPostgresConnectionManager, IvmPostgresCredentials
 from dbt.adapters.ivm_postgres.impl import IvmPostgresAdapter
 from dbt.include import ivm

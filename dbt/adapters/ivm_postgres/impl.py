@@ -5,39 +5,30 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import psycopg2
 from dbt.adapters.base.meta import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
 from dbt.adapters.contracts.relation import RelationConfig
 from dbt.adapters.events.logging import AdapterLogger
-from dbt.adapters.ivm_postgres import compile_check
+from dbt.adapters.ivm_common import compile_check
+from dbt.adapters.ivm_common.engine_calls import EngineCalls
+from dbt.adapters.ivm_common.stream_table_config import CatalogOfStreamTables
 from dbt.adapters.ivm_postgres import indexes as index_changes
 from dbt.adapters.ivm_postgres.connections import (
     ADAPTER_TYPE,
     IvmPostgresConnectionManager,
     connect_for_engine,
 )
-from dbt.adapters.ivm_postgres.stream_table_config import (
-    CatalogOfStreamTables,
-    build_spec,
-    log_statements,
-    naming_the_model,
-    reporting_statements,
-    result_fields,
-    tend_unused_registrations,
-)
 from dbt.adapters.postgres.impl import PostgresAdapter
-from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
+from dbt_common.exceptions import DbtDatabaseError
 
 from dbt_ivm.errors import IvmError
-from dbt_ivm.unused import Project
+from dbt_ivm.spec import RefreshResult, StreamTableSpec
+from dbt_ivm.unused import RegisteredTable
 
 T = TypeVar("T")
-
-if TYPE_CHECKING:
-    pass
 
 logger = AdapterLogger("IvmPostgres")
 
@@ -56,7 +47,7 @@ order by a.attnum
 """
 
 
-class IvmPostgresAdapter(CatalogOfStreamTables, PostgresAdapter):
+class IvmPostgresAdapter(EngineCalls, CatalogOfStreamTables, PostgresAdapter):
     ConnectionManager = IvmPostgresConnectionManager
     connections: IvmPostgresConnectionManager
 
@@ -135,80 +126,45 @@ class IvmPostgresAdapter(CatalogOfStreamTables, PostgresAdapter):
         self._commit_dbt_transaction()
         return ""
 
-    @available.parse(lambda *args, **kwargs: {})
-    def ivm_run_stream_table(
-        self,
-        relation: BaseRelation,
-        sql: str,
-        config: dict[str, Any],
-        full_refresh: bool,
-        model_name: str,
-    ) -> dict[str, Any]:
-        """Create or refresh one stream table with the engine; the result's fields for Jinja."""
+    # -- the engine, for the materialization's calls (EngineCalls) -------------------------------
+
+    UNUSED_COST = "its sources' changes are still captured and kept for it"
+
+    def _on_engine(self, work: Callable[[Any], T]) -> T:
+        """`work` on this thread's engine connection, which a failure discards (it may be mid-transaction)."""
+        try:
+            return work(self._engine_connection())
+        except (IvmError, psycopg2.Error):
+            self._discard_engine_connection()
+            raise
+
+    def _engine_refresh(self, spec: StreamTableSpec) -> RefreshResult:
         from dbt_ivm.postgres.runner import run_stream_table
 
-        spec, statements = reporting_statements(build_spec(relation, sql, config, full_refresh, model_name))
         self._commit_dbt_transaction()
         try:
-            result = run_stream_table(self._engine_connection(), spec)
-        except IvmError as exc:
-            self._discard_engine_connection()
-            raise DbtRuntimeError(naming_the_model(model_name, str(exc))) from exc
+            return self._on_engine(lambda connection: run_stream_table(connection, spec))
         except psycopg2.Error as exc:
-            self._discard_engine_connection()
-            raise DbtDatabaseError(f"stream table model {model_name}: {str(exc).strip()}") from exc
-        finally:
-            log_statements(model_name, statements, logger.debug)
-        logger.debug(f"stream table {relation}: {result.summary()}")
-        for warning in result.warnings:
-            logger.warning(naming_the_model(model_name, warning))
-        return result_fields(result, statements)
+            raise DbtDatabaseError(f"stream table model {spec.model}: {str(exc).strip()}") from exc
 
-    @available.parse(lambda *args, **kwargs: [])
-    def ivm_unused_registrations(
-        self,
-        invocation_id: str,
-        catalog_schema: str,
-        stream_tables: list[list[str]],
-        schemas: list[str],
-        project_name: str | None = None,
-    ) -> list[tuple[str, str]]:
-        """Once per run: unregister the stream tables in `catalog_schema` this project registered and
-        none of its enabled models builds (their capture is removed with them), and warn about other
-        projects' (tend_unused_registrations); ("info" or "warn", message) pairs."""
+    def _engine_registered(self, catalog_schema: str) -> list[RegisteredTable]:
         from dbt_ivm.postgres.db import Db
-        from dbt_ivm.postgres.registrations import drop_registration, registered_relations
+        from dbt_ivm.postgres.registrations import registered_relations
 
-        def on_engine(work: Callable[[Db], T]) -> T:
-            try:
-                return work(Db(self._engine_connection()))
-            except psycopg2.Error:
-                self._discard_engine_connection()
-                raise
+        return self._on_engine(lambda connection: registered_relations(Db(connection), catalog_schema))
 
-        return tend_unused_registrations(
-            invocation_id,
-            catalog_schema,
-            Project.of(stream_tables, schemas, project_name),
-            lambda: on_engine(lambda db: registered_relations(db, catalog_schema)),
-            lambda name: on_engine(lambda db: drop_registration(db, catalog_schema, name, drop_table=False)),
-            "its sources' changes are still captured and kept for it",
+    def _engine_unregister(self, catalog_schema: str, stream_table: str) -> None:
+        from dbt_ivm.postgres.db import Db
+        from dbt_ivm.postgres.registrations import drop_registration
+
+        self._on_engine(
+            lambda connection: drop_registration(Db(connection), catalog_schema, stream_table, False)
         )
 
-    def ivm_check_differential(self, node: Any) -> None:
-        """At compile time: refuse a differential model the engine cannot maintain (compile_check)."""
+    def _engine_check(self, spec: StreamTableSpec) -> None:
         from dbt_ivm.postgres.runner import check_differential
 
-        spec = compile_check.spec_for(self, node)
-
-        def plan() -> None:
-            try:
-                check_differential(self._engine_connection(), spec)
-            except psycopg2.Error:
-                self._discard_engine_connection()
-                raise
-
-        compile_check.judge(plan)
+        compile_check.judge(lambda: self._on_engine(lambda connection: check_differential(connection, spec)))
 
     @available.parse_none
     def ivm_stream_table_user_columns(self, relation: BaseRelation) -> list[str] | None:

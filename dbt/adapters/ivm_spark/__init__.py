@@ -1,7 +1,7 @@
 """The `ivm_spark` dbt adapter: dbt-spark, on an embedded Spark + Apache Iceberg session by default."""
 
 from dbt.adapters.base.plugin import AdapterPlugin
-from dbt.adapters.ivm_postgres import compile_check
+from dbt.adapters.ivm_common import compile_check
 from dbt.adapters.ivm_spark.connections import IvmSparkConnectionManager, IvmSparkCredentials
 from dbt.adapters.ivm_spark.impl import IvmSparkAdapter
 from dbt.include import ivm

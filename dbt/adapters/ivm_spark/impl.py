@@ -12,7 +12,9 @@ from dbt.adapters.base.meta import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
 from dbt.adapters.contracts.relation import RelationConfig, RelationType
 from dbt.adapters.events.logging import AdapterLogger
-from dbt.adapters.ivm_postgres.stream_table_config import CatalogOfStreamTables
+from dbt.adapters.ivm_common import compile_check
+from dbt.adapters.ivm_common.engine_calls import EngineCalls
+from dbt.adapters.ivm_common.stream_table_config import CatalogOfStreamTables
 from dbt.adapters.ivm_spark.connections import (
     ADAPTER_TYPE,
     IvmSessionConnectionWrapper,
@@ -24,8 +26,9 @@ from dbt.adapters.spark.connections import SparkConnectionMethod
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt_ivm.errors import IvmError
 from dbt_ivm.spark.executor import SparkExecutor
+from dbt_ivm.spec import RefreshResult, StreamTableSpec
+from dbt_ivm.unused import RegisteredTable
 
 if TYPE_CHECKING:
     import agate
@@ -63,7 +66,7 @@ class IvmSparkConfig(SparkConfig):
         return merged
 
 
-class IvmSparkAdapter(CatalogOfStreamTables, SparkAdapter):
+class IvmSparkAdapter(EngineCalls, CatalogOfStreamTables, SparkAdapter):
     ConnectionManager = IvmSparkConnectionManager
     connections: IvmSparkConnectionManager
     AdapterSpecificConfigs = IvmSparkConfig
@@ -138,80 +141,34 @@ class IvmSparkAdapter(CatalogOfStreamTables, SparkAdapter):
         """A SQL executor on the SparkSession stream tables refresh on."""
         return SparkExecutor(self.spark_session())
 
-    # -- calls from the stream_table materialization (macros/adapters/ivm_spark.sql) -------------
-    # Thin glue to the engine's Spark runner (dbt_ivm.spark.runner), mirroring ivm_postgres.
+    # -- the engine, for the materialization's calls (EngineCalls) -------------------------------
 
-    @available.parse(lambda *args, **kwargs: {})
-    def ivm_run_stream_table(
-        self,
-        relation: BaseRelation,
-        sql: str,
-        config: dict[str, Any],
-        full_refresh: bool,
-        model_name: str,
-    ) -> dict[str, Any]:
-        """Create or refresh one stream table with the engine; the result's fields for Jinja."""
-        from dbt.adapters.ivm_postgres.stream_table_config import (
-            build_spec,
-            log_statements,
-            naming_the_model,
-            reporting_statements,
-            result_fields,
-        )
+    UNUSED_COST = "nothing refreshes it any more"
 
+    def _engine_reachable(self) -> bool:
+        return self._has_refresh_driver()
+
+    def _engine_refresh(self, spec: StreamTableSpec) -> RefreshResult:
         from dbt_ivm.spark.runner import run_stream_table
 
-        spec, statements = reporting_statements(build_spec(relation, sql, config, full_refresh, model_name))
-        try:
-            result = run_stream_table(self.spark_session(), spec)
-        except IvmError as exc:
-            raise DbtRuntimeError(naming_the_model(model_name, str(exc))) from exc
-        finally:
-            log_statements(model_name, statements, logger.debug)
-        logger.debug(f"stream table {relation}: {result.summary()}")
-        for warning in result.warnings:
-            logger.warning(naming_the_model(model_name, warning))
-        return result_fields(result, statements)
+        return run_stream_table(self.spark_session(), spec)
 
-    @available.parse(lambda *args, **kwargs: [])
-    def ivm_unused_registrations(
-        self,
-        invocation_id: str,
-        catalog_schema: str,
-        stream_tables: list[list[str]],
-        schemas: list[str],
-        project_name: str | None = None,
-    ) -> list[tuple[str, str]]:
-        """Once per run: unregister the stream tables in `catalog_schema` this project registered and
-        none of its enabled models builds, and warn about other projects' (tend_unused_registrations);
-        ("info" or "warn", message) pairs."""
-        from dbt.adapters.ivm_postgres.stream_table_config import tend_unused_registrations
+    def _engine_registered(self, catalog_schema: str) -> list[RegisteredTable]:
+        from dbt_ivm.spark.registrations import registered_relations
 
-        from dbt_ivm.spark.registrations import drop_registration, registered_relations
-        from dbt_ivm.unused import Project
+        return registered_relations(self.spark_session(), catalog_schema)
 
-        if not self._has_refresh_driver():
-            return []
-        return tend_unused_registrations(
-            invocation_id,
-            catalog_schema,
-            Project.of(stream_tables, schemas, project_name),
-            lambda: registered_relations(self.spark_session(), catalog_schema),
-            lambda name: drop_registration(self.spark_session(), catalog_schema, name, drop_table=False),
-            "nothing refreshes it any more",
-        )
+    def _engine_unregister(self, catalog_schema: str, stream_table: str) -> None:
+        from dbt_ivm.spark.registrations import drop_registration
 
-    def ivm_check_differential(self, node: Any) -> None:
-        """At compile time: refuse a differential model the engine cannot maintain (compile_check)."""
-        from dbt.adapters.ivm_postgres import compile_check
+        drop_registration(self.spark_session(), catalog_schema, stream_table, drop_table=False)
 
+    def _engine_check(self, spec: StreamTableSpec) -> None:
         from dbt_ivm.spark.runner import check_differential, refuse_immediate
 
-        spec = compile_check.spec_for(self, node)
         compile_check.judge(lambda: refuse_immediate(spec))  # whatever the connection
-        if not self._has_refresh_driver():
-            return  # no driver to plan on: the run says what the profile lacks
-        compile_check.judge(lambda: check_differential(self.spark_session(), spec))
+        if self._has_refresh_driver():  # else no driver to plan on: the run says what the profile lacks
+            compile_check.judge(lambda: check_differential(self.spark_session(), spec))
 
     @available.parse(lambda *args, **kwargs: "")
     def ivm_forget_stream_table(self, relation: BaseRelation, catalog_schema: str) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dbt.adapters.factory import get_adapter
-from dbt.adapters.ivm_postgres.stream_table_config import build_spec
+from dbt.adapters.ivm_common.stream_table_config import build_spec
 from dbt.compilation import Compiler
 from dbt.node_types import NodeType
 from dbt_common.exceptions import CompilationError
