@@ -10,10 +10,13 @@ dbt-ivm drop SCHEMA.TABLE [--keep-table]
 dbt-ivm gc [--manifest target/manifest.json]   # unregister stream tables whose table (or model) is gone
 dbt-ivm refresh [SCHEMA.TABLE ...] [--watch SECONDS] [--json]   # without dbt, in dependency order
 
-Each of the last five takes [--catalog-schema dbt_ivm] and a connection. PostgreSQL: --dsn, else
-$DBT_IVM_PG_DSN, else libpq's defaults (PGHOST, PGPORT, PGUSER, ...). Spark: --spark-warehouse DIR (else
-$DBT_IVM_SPARK_WAREHOUSE) and, when the profile has them, --metastore-uris (else
-$DBT_IVM_SPARK_METASTORE_URIS): an embedded Spark driver on that warehouse, as dbt's ivm_spark starts it.
+Each of the last five takes [--catalog-schema dbt_ivm] and a connection: by default the dbt project's
+profile, found as dbt finds it ([--project-dir DIR] [--profiles-dir DIR] [--target NAME], or
+$DBT_PROJECT_DIR, $DBT_PROFILES_DIR, $DBT_TARGET: dbt_ivm.profiles). Given instead: PostgreSQL --dsn
+(else $DBT_IVM_PG_DSN; with no project either, libpq's defaults: PGHOST, PGPORT, PGUSER, ...); Spark
+--spark-warehouse DIR (else $DBT_IVM_SPARK_WAREHOUSE) and, when the profile has them, --metastore-uris
+(else $DBT_IVM_SPARK_METASTORE_URIS): an embedded Spark driver on that warehouse, as dbt's ivm_spark
+starts it.
 """
 
 from __future__ import annotations
@@ -180,15 +183,24 @@ def _add_pg_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 def _with_backend(args: argparse.Namespace, work: Callable[[Operations], int]) -> int:
     """Run `work` on the backend the options name: a Spark warehouse (--spark-warehouse, else
-    $DBT_IVM_SPARK_WAREHOUSE), else PostgreSQL (--dsn, else $DBT_IVM_PG_DSN, else libpq's defaults)."""
-    from dbt_ivm import operations
+    $DBT_IVM_SPARK_WAREHOUSE) or a PostgreSQL connection string (--dsn, else $DBT_IVM_PG_DSN); else
+    the dbt project's profile (dbt_ivm.profiles); else PostgreSQL on libpq's defaults."""
+    from dbt_ivm import operations, profiles
 
     warehouse = args.spark_warehouse or os.environ.get(SPARK_WAREHOUSE_ENV)
-    if warehouse:
-        metastore = args.metastore_uris or os.environ.get(SPARK_METASTORE_ENV)
-        opened = operations.spark(warehouse, metastore, args.spark_master)
-    else:
-        opened = operations.postgres(args.dsn if args.dsn is not None else os.environ.get(DSN_ENV, ""))
+    dsn = args.dsn if args.dsn is not None else os.environ.get(DSN_ENV)
+    metastore = args.metastore_uris or os.environ.get(SPARK_METASTORE_ENV)
+    master, source = args.spark_master, ""
+    if not warehouse and dsn is None:
+        try:
+            found = profiles.locate(args.project_dir, args.profiles_dir, args.target)
+        except profiles.ProfileError as exc:
+            print(f"dbt-ivm: {exc}", file=sys.stderr)
+            return 1
+        if found is not None:
+            warehouse, dsn, source = found.spark_warehouse, found.dsn, f" ({found.description})"
+            metastore, master = metastore or found.metastore_uris, master or found.spark_master
+    opened = operations.spark(warehouse, metastore, master) if warehouse else operations.postgres(dsn or "")
     try:
         with opened as backend:
             try:
@@ -197,7 +209,7 @@ def _with_backend(args: argparse.Namespace, work: Callable[[Operations], int]) -
                 print(f"dbt-ivm: {_first_lines(str(exc))}", file=sys.stderr)
                 return 1
     except operations.CannotConnect as exc:
-        print(f"dbt-ivm: {exc}", file=sys.stderr)
+        print(f"dbt-ivm: {exc}{source}", file=sys.stderr)
         return 1
 
 
@@ -471,10 +483,22 @@ def _print_table(header: tuple[str, ...], lines: Sequence[tuple[str, ...]]) -> N
 
 def _add_registration_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def connection_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        dbt = parser.add_argument_group("the dbt project's profile (used unless a connection is given)")
+        dbt.add_argument(
+            "--project-dir", default=None, metavar="DIR", help="default: $DBT_PROJECT_DIR, else ."
+        )
+        dbt.add_argument(
+            "--profiles-dir",
+            default=None,
+            metavar="DIR",
+            help="where profiles.yml is (default: $DBT_PROFILES_DIR, else the project's or the current "
+            "directory when it holds one, else ~/.dbt)",
+        )
+        dbt.add_argument("--target", default=None, help="default: $DBT_TARGET, else the profile's target")
         parser.add_argument(
             "--dsn",
             default=None,
-            help=f"libpq connection string (default: ${DSN_ENV}, else libpq's defaults)",
+            help=f"libpq connection string (default: ${DSN_ENV}, else the profile, else libpq's defaults)",
         )
         parser.add_argument(
             "--catalog-schema",

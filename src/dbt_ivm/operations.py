@@ -129,7 +129,9 @@ def postgres(dsn: str) -> Iterator[Operations]:
     try:
         connection = psycopg2.connect(dsn)
     except psycopg2.Error as exc:
-        raise CannotConnect(f"cannot connect to PostgreSQL: {str(exc).strip()}") from exc
+        raise CannotConnect(
+            f"cannot connect to PostgreSQL: {(str(exc).strip().splitlines() or ['?'])[0]}"
+        ) from exc
     try:
         connection.autocommit = True
         yield PostgresOperations(connection)

@@ -330,6 +330,57 @@ def test_cli_list_flags_missing_tables_and_takes_the_dsn_from_the_environment(
     assert "dbt-ivm gc" in out
 
 
+def test_cli_connects_through_the_dbt_profile(
+    shop: Any, pg_dsn: str, tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#62 item 1: in a dbt project, `dbt-ivm` finds the connection as dbt does (dbt_project.yml's
+    profile, profiles.yml, the target, env_var()); a target it cannot use is one line naming it."""
+    from psycopg2.extensions import parse_dsn
+
+    given = parse_dsn(pg_dsn)
+    (tmp_path / "dbt_project.yml").write_text("name: shop\nprofile: shop\n")
+    output = {k: given[k] for k in ("host", "user", "dbname")}
+    profile = {
+        "shop": {
+            "target": "dev",
+            "outputs": {
+                "dev": {
+                    "type": "ivm_postgres",
+                    **output,
+                    "port": "{{ env_var('SHOP_PG_PORT') }}",
+                    "schema": "x",
+                },
+                "down": {"type": "ivm_postgres", **output, "port": 1, "schema": "x"},
+            },
+        }
+    }
+    (tmp_path / "profiles.yml").write_text(json.dumps(profile))  # JSON is YAML
+    monkeypatch.delenv("DBT_IVM_PG_DSN", raising=False)
+    monkeypatch.setenv("SHOP_PG_PORT", given["port"])
+
+    assert cli.main(["status", "--project-dir", str(tmp_path)]) == 0
+    assert "public.customer_totals" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)  # the current directory's project, as dbt
+    assert cli.main(["status", "--json"]) == 0
+    assert {r["stream_table"] for r in json.loads(capsys.readouterr().out)} == {
+        f"public.{n}" for n in STREAMS
+    }
+
+    assert cli.main(["status", "--target", "down"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot connect to PostgreSQL" in err, err
+    assert f"(profile 'shop', target 'down' in {tmp_path / 'profiles.yml'})" in err, err
+    monkeypatch.setenv("DBT_TARGET", "staging")
+    assert cli.main(["status"]) == 1
+    assert "has no target 'staging' (it has: dev, down)" in capsys.readouterr().err
+    monkeypatch.delenv("DBT_TARGET")
+    monkeypatch.delenv("SHOP_PG_PORT")
+    assert cli.main(["status"]) == 1
+    assert "reads the environment variable SHOP_PG_PORT, which is not set" in capsys.readouterr().err
+    assert cli.main(["status", "--project-dir", str(tmp_path / "elsewhere")]) == 1
+    assert "no dbt_project.yml in" in capsys.readouterr().err
+
+
 def test_cli_list_without_a_catalog(pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["list", "--dsn", pg_dsn, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []

@@ -78,6 +78,24 @@ def test_status_refresh_and_history(
     assert code == 1  # an unknown name is refused by name
 
 
+def test_status_through_the_dbt_profile(
+    spark: Any, spark_schema: str, warehouse: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#62 item 1: in a dbt project whose target is ivm_spark, `dbt-ivm` reads its warehouse from
+    the profile (no --spark-warehouse)."""
+    s = spark_schema
+    _two_stream_tables(spark, s)
+    (tmp_path / "dbt_project.yml").write_text("name: shop\nprofile: shop\n")
+    spark_output = {"type": "ivm_spark", "method": "session", "host": "localhost", "warehouse": warehouse}
+    profile = {"shop": {"target": "local", "outputs": {"local": {**spark_output, "schema": s}}}}
+    (tmp_path / "profiles.yml").write_text(json.dumps(profile))
+    code, out, err = _run(
+        capsys, "status", "--project-dir", str(tmp_path), "--catalog-schema", f"{s}_ivm", "--json"
+    )
+    assert code == 0, err
+    assert {r["stream_table"] for r in json.loads(out)} == {f"{s}.totals", f"{s}.big"}
+
+
 def test_status_says_why_the_next_refresh_recomputes(spark: Any, spark_schema: str) -> None:
     s = spark_schema
     _two_stream_tables(spark, s)
