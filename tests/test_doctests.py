@@ -14,11 +14,10 @@ ENGINE_MODULES = [
     *sorted(
         m.name
         for m in pkgutil.walk_packages(dbt_ivm.__path__, "dbt_ivm.")
-        if not m.name.startswith(("dbt_ivm.spark", "dbt_ivm.embedded", "dbt_ivm.cli"))
+        if (not m.name.startswith(("dbt_ivm.spark", "dbt_ivm.embedded")) and not m.name.endswith("__main__"))
         # pure, unlike the rest of the Spark runtime
         or m.name in ("dbt_ivm.spark.touched_files", "dbt_ivm.spark.carried_columns")
     ),
-    "dbt_ivm.cli",
     "dbt.adapters.ivm_common.stream_table_config",  # the adapters' shared config and messages
     "dbt.adapters.ivm_postgres.indexes",
 ]
