@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dbt_ivm.errors import IvmError
 from dbt_ivm.scheduling import Outcome
+from dbt_ivm.spec import StreamTableSpec
 from dbt_ivm.status import HistoryRow, StreamTableStatus
 from dbt_ivm.unused import RegisteredTable
+
+if TYPE_CHECKING:
+    from dbt_ivm.explain import Explanation  # the planner: loaded only by `explain`
 
 
 class Operations(Protocol):
@@ -31,6 +35,8 @@ class Operations(Protocol):
     def relations(self, catalog: str) -> list[RegisteredTable]: ...
 
     def refresh(self, catalog: str, names: Sequence[str]) -> list[Outcome]: ...
+
+    def explain(self, spec: StreamTableSpec) -> Explanation: ...
 
 
 class PostgresOperations:
@@ -75,6 +81,11 @@ class PostgresOperations:
 
         return scheduled.refresh_due(self.connection, catalog, names)
 
+    def explain(self, spec: StreamTableSpec) -> Explanation:
+        from dbt_ivm.postgres import runner
+
+        return runner.explain(self.connection, spec)
+
 
 class SparkOperations:
     example = "analytics.my_model"
@@ -115,6 +126,11 @@ class SparkOperations:
         from dbt_ivm.spark import registrations
 
         return registrations.refresh_due(self.spark, catalog, names)
+
+    def explain(self, spec: StreamTableSpec) -> Explanation:
+        from dbt_ivm.spark import runner
+
+        return runner.explain(self.spark, spec)
 
 
 class CannotConnect(Exception):

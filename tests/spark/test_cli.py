@@ -96,6 +96,39 @@ def test_status_through_the_dbt_profile(
     assert {r["stream_table"] for r in json.loads(out)} == {f"{s}.totals", f"{s}.big"}
 
 
+def test_explain_a_model_of_a_manifest(
+    spark: Any, spark_schema: str, warehouse: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#62 item 2 on Spark: a model's compiled SQL from a manifest, planned on the warehouse."""
+    s = spark_schema
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer string, amount int) USING iceberg")
+    node = {"resource_type": "model", "name": "totals", "schema": s, "alias": "totals"}
+    nodes = {
+        "model.shop.totals": {
+            **node,
+            "compiled_code": TOTALS.format(s=s),
+            "config": {"materialized": "stream_table"},
+        },
+        "model.shop.ranked": {
+            **node,
+            "name": "ranked",
+            "alias": "ranked",
+            "compiled_code": f"SELECT id, ROW_NUMBER() OVER (ORDER BY amount) AS r FROM {s}.orders",
+        },
+    }
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"nodes": nodes}))
+    options = ("--manifest", str(manifest), "--spark-warehouse", warehouse)
+    code, out, err = _run(capsys, "explain", "totals", *options)
+    assert code == 0, err
+    assert "differential: a batch is applied" in out and "aggregate GROUP BY customer" in out, out
+    code, out, err = _run(capsys, "explain", "ranked", *options, "--json")
+    assert code == 0, err
+    found = json.loads(out)
+    assert found["differential"] is True and "no PARTITION BY" in found["reason"], found
+    assert found["materialized"] == "?" and not spark.catalog.tableExists(f"{s}.totals")
+
+
 def test_status_says_why_the_next_refresh_recomputes(spark: Any, spark_schema: str) -> None:
     s = spark_schema
     _two_stream_tables(spark, s)

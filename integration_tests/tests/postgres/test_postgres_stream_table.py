@@ -712,6 +712,47 @@ class TestUnusedRegistrations:
         assert "no enabled model" not in logs and "outside dbt-ivm" not in logs
 
 
+RANDOM_PICK_SQL = """
+{{ config(materialized='stream_table') }}
+select id, random() as luck from {{ ref('orders') }}
+"""
+
+
+class TestExplain:
+    """#62 items 1 and 2: `dbt-ivm explain MODEL` in a dbt project connects through the project's
+    profile (as dbt-tests-adapter wrote it) and says, from the compiled SQL, whether the model
+    refreshes differentially and how; nothing is created."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self) -> dict[str, str]:
+        return {"orders.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self) -> dict[str, str]:
+        return {"customer_totals.sql": CUSTOMER_TOTALS_SQL, "random_pick.sql": RANDOM_PICK_SQL}
+
+    def test_explain_through_the_profile(self, project: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        import json
+
+        from dbt_ivm import cli
+
+        run_dbt(["seed"])
+        run_dbt(["compile"])
+        capsys.readouterr()  # dbt's own output
+        where = ["--project-dir", str(project.project_root), "--profiles-dir", str(project.profiles_dir)]
+        assert cli.main(["explain", "customer_totals", *where]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("model customer_totals (") and "differential: a batch is applied" in out, out
+        assert "aggregate GROUP BY customer_id: COUNT, SUM kept as running state per group" in out, out
+        assert f"reads the changes of: {project.test_schema}.orders" in out, out
+        assert cli.main(["explain", "random_pick", *where, "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert found["differential"] is False and "random()" in found["reason"].lower(), found
+        assert relation_kind(project, "customer_totals") is None  # explained, not built
+        assert cli.main(["explain", "no_such_model", *where]) == 1
+        assert "has no model named 'no_such_model'" in capsys.readouterr().err
+
+
 def indexed_model(indexes: str, setting: str) -> str:
     return CUSTOMER_TOTALS_SQL.replace(
         "materialized='stream_table'",

@@ -10,13 +10,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dbt_ivm.cli.connection import DSN_ENV, SPARK_METASTORE_ENV, SPARK_WAREHOUSE_ENV, with_backend
+from dbt_ivm.cli.connection import connection_options, with_backend
 from dbt_ivm.cli.tables import duration, next_text, pending_text, print_table
 
 if TYPE_CHECKING:
     from dbt_ivm.operations import Operations
-
-DEFAULT_CATALOG = "dbt_ivm"
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -237,45 +235,6 @@ def _refresh(args: argparse.Namespace) -> int:
 
 
 def add_registration_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    def connection_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        dbt = parser.add_argument_group("the dbt project's profile (used unless a connection is given)")
-        dbt.add_argument(
-            "--project-dir", default=None, metavar="DIR", help="default: $DBT_PROJECT_DIR, else ."
-        )
-        dbt.add_argument(
-            "--profiles-dir",
-            default=None,
-            metavar="DIR",
-            help="where profiles.yml is (default: $DBT_PROFILES_DIR, else the project's or the current "
-            "directory when it holds one, else ~/.dbt)",
-        )
-        dbt.add_argument("--target", default=None, help="default: $DBT_TARGET, else the profile's target")
-        parser.add_argument(
-            "--dsn",
-            default=None,
-            help=f"libpq connection string (default: ${DSN_ENV}, else the profile, else libpq's defaults)",
-        )
-        parser.add_argument(
-            "--catalog-schema",
-            default=DEFAULT_CATALOG,
-            help=f"dbt-ivm's catalog schema (default {DEFAULT_CATALOG})",
-        )
-        spark = parser.add_argument_group("Spark (instead of PostgreSQL)")
-        spark.add_argument(
-            "--spark-warehouse",
-            default=None,
-            metavar="DIR",
-            help=f"the ivm_spark profile's warehouse (default: ${SPARK_WAREHOUSE_ENV}; unset: PostgreSQL)",
-        )
-        spark.add_argument(
-            "--metastore-uris",
-            default=None,
-            metavar="URIS",
-            help=f"the profile's metastore_uris, when it has them (default: ${SPARK_METASTORE_ENV})",
-        )
-        spark.add_argument("--spark-master", default=None, metavar="URL", help="default local[2]")
-        return parser
-
     listing = connection_options(
         commands.add_parser(
             "status",

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 DSN_ENV = "DBT_IVM_PG_DSN"
 SPARK_WAREHOUSE_ENV = "DBT_IVM_SPARK_WAREHOUSE"
 SPARK_METASTORE_ENV = "DBT_IVM_SPARK_METASTORE_URIS"
+DEFAULT_CATALOG = "dbt_ivm"
 
 
 def with_backend(args: argparse.Namespace, work: Callable[[Operations], int]) -> int:
@@ -49,3 +50,42 @@ def with_backend(args: argparse.Namespace, work: Callable[[Operations], int]) ->
     except operations.CannotConnect as exc:
         print(f"dbt-ivm: {exc}{source}", file=sys.stderr)
         return 1
+
+
+def connection_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`parser` with the options that name a command's connection and catalog schema."""
+    dbt = parser.add_argument_group("the dbt project's profile (used unless a connection is given)")
+    dbt.add_argument("--project-dir", default=None, metavar="DIR", help="default: $DBT_PROJECT_DIR, else .")
+    dbt.add_argument(
+        "--profiles-dir",
+        default=None,
+        metavar="DIR",
+        help="where profiles.yml is (default: $DBT_PROFILES_DIR, else the project's or the current "
+        "directory when it holds one, else ~/.dbt)",
+    )
+    dbt.add_argument("--target", default=None, help="default: $DBT_TARGET, else the profile's target")
+    parser.add_argument(
+        "--dsn",
+        default=None,
+        help=f"libpq connection string (default: ${DSN_ENV}, else the profile, else libpq's defaults)",
+    )
+    parser.add_argument(
+        "--catalog-schema",
+        default=DEFAULT_CATALOG,
+        help=f"dbt-ivm's catalog schema (default {DEFAULT_CATALOG})",
+    )
+    spark = parser.add_argument_group("Spark (instead of PostgreSQL)")
+    spark.add_argument(
+        "--spark-warehouse",
+        default=None,
+        metavar="DIR",
+        help=f"the ivm_spark profile's warehouse (default: ${SPARK_WAREHOUSE_ENV}; unset: PostgreSQL)",
+    )
+    spark.add_argument(
+        "--metastore-uris",
+        default=None,
+        metavar="URIS",
+        help=f"the profile's metastore_uris, when it has them (default: ${SPARK_METASTORE_ENV})",
+    )
+    spark.add_argument("--spark-master", default=None, metavar="URL", help="default local[2]")
+    return parser

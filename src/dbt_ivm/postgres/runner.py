@@ -34,6 +34,7 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.compact import needs_netting, text_changes
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.errors import InvalidQuery, IvmError, MissingPrivilege, TriggerNameTaken, UnsupportedQuery
+from dbt_ivm.explain import Explanation, explained
 from dbt_ivm.layout import Layout, key_never_null, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
@@ -1032,3 +1033,12 @@ def check_differential(connection: object, spec: StreamTableSpec) -> None:
     db = Db(connection)
     with db.transaction("REPEATABLE READ"):
         compile_query(db, dataclasses.replace(spec, refresh_mode="differential"), spec.sql)
+
+
+def explain(connection: object, spec: StreamTableSpec) -> Explanation:
+    """What a refresh of `spec` would do (dbt_ivm.explain), planned as `auto` plans it; writes nothing."""
+    db = Db(connection)
+    with db.transaction("REPEATABLE READ"):
+        compiled = compile_query(db, dataclasses.replace(spec, refresh_mode="auto"), spec.sql)
+    whole = whole_input_reason(compiled.plan, POSTGRES) if compiled.plan is not None else None
+    return explained(compiled.plan, compiled.layout, compiled.unsupported, whole, POSTGRES.dialect)

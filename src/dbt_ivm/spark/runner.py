@@ -46,6 +46,7 @@ from dbt_ivm.errors import (
     SparkFailed,
     UnsupportedQuery,
 )
+from dbt_ivm.explain import Explanation, explained
 from dbt_ivm.layout import HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
@@ -713,3 +714,10 @@ def check_differential(spark: Any, spec: StreamTableSpec) -> None:
     """Plan `spec`'s query as refresh_mode='differential' does, writing nothing: raises
     UnsupportedQuery naming the construct when it cannot be maintained differentially."""
     compile_query(spark, dataclasses.replace(spec, refresh_mode="differential"), spec.sql)
+
+
+def explain(spark: Any, spec: StreamTableSpec) -> Explanation:
+    """What a refresh of `spec` would do (dbt_ivm.explain), planned as `auto` plans it; writes nothing."""
+    compiled = compile_query(spark, dataclasses.replace(spec, refresh_mode="auto"), spec.sql)
+    whole = whole_input_reason(compiled.plan, SPARK) if compiled.plan is not None else None
+    return explained(compiled.plan, compiled.layout, compiled.unsupported, whole, SPARK.dialect)

@@ -1,0 +1,183 @@
+"""What `dbt-ivm explain` says about a model: whether a batch refreshes it differentially, and if so
+how: the operator tree with what each operator keeps or recomputes, the stored table's layout, and
+the sources whose changes are read. Built from the plan alone; nothing is created.
+
+>>> from dbt_ivm.catalog import Column, StaticCatalog, TableInfo
+>>> from dbt_ivm.layout import layout_of
+>>> from dbt_ivm.plan import build_plan
+>>> from dbt_ivm.target import POSTGRES
+>>> orders = TableInfo("public", "orders", (Column("id", "int"), Column("customer", "text"),
+...                    Column("amount", "numeric")), ("id",))
+>>> plan = build_plan(POSTGRES, "SELECT customer, SUM(amount) AS total, MAX(amount) AS top FROM orders "
+...                   "WHERE amount > 0 GROUP BY customer", StaticCatalog([orders]), "totals")
+>>> print(explained(plan, layout_of(plan), None, None, "postgres").text())
+differential: a batch is applied as its changes, not recomputed
+stored as: one row per group, keyed by customer
+reads the changes of: public.orders
+operators:
+  aggregate GROUP BY customer: SUM kept as running state per group; MAX recomputed for the groups a batch touches
+    filter "orders"."amount" > 0
+      scan public.orders AS orders
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from dbt_ivm.layout import Layout
+from dbt_ivm.plan.nodes import (
+    Aggregate,
+    Derived,
+    Filter,
+    Join,
+    Plan,
+    Project,
+    Relation,
+    Rows,
+    Scan,
+    SetOp,
+    TopK,
+    UnionAll,
+    Window,
+    scans_in,
+    unknown_node,
+)
+
+STORED_AS = {
+    "keyed": "one row per key",
+    "aggregate": "one row per group",
+    "multiset": "rows counted by value (no key: equal rows are one row with a count)",
+}
+
+
+@dataclass
+class Explanation:
+    """What `explain` found; `text()` for people, `asdict` for `--json`."""
+
+    differential: bool
+    reason: str | None  # why not (or why AUTO recomputes anyway)
+    stored_as: str | None = None
+    sources: list[str] = field(default_factory=list)
+    operators: list[str] = field(default_factory=list)  # the tree, two spaces per level
+
+    def text(self) -> str:
+        if not self.differential:
+            return f"not differential: every refresh recomputes the whole query\n  why: {self.reason}"
+        lines = ["differential: a batch is applied as its changes, not recomputed"]
+        if self.reason:
+            lines.append(f"but AUTO recomputes it: {self.reason}")
+        lines += [
+            f"stored as: {self.stored_as}",
+            f"reads the changes of: {', '.join(self.sources)}",
+            "operators:",
+            *(f"  {line}" for line in self.operators),
+        ]
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def explained(
+    plan: Plan | None,
+    layout: Layout | None,
+    unsupported: object | None,
+    whole_input: str | None,
+    dialect: str,
+) -> Explanation:
+    """The explanation of a compiled query: `plan` and `layout` (None: not maintainable, `unsupported`
+    says why), `whole_input`: why every batch recomputes an input anyway (AUTO then refreshes FULL)."""
+    if plan is None or layout is None:
+        return Explanation(False, str(unsupported) if unsupported is not None else "not planned")
+    return Explanation(
+        True,
+        whole_input,
+        _stored_as(layout),
+        sorted({s.table.qualified for s in scans_in(plan)}),
+        list(_plan_lines(plan, 0, dialect)),
+    )
+
+
+def _stored_as(layout: Layout) -> str:
+    kind = STORED_AS.get(layout.kind, layout.kind)
+    if layout.kind == "aggregate" and not layout.key:
+        kind = "one row (a global aggregate)"
+    keyed = f", keyed by {', '.join(layout.key)}" if layout.key and layout.kind != "multiset" else ""
+    hidden = f"; hidden state: {', '.join(layout.hidden)}" if layout.hidden else ""
+    return f"{kind}{keyed}{hidden}"
+
+
+def _plan_lines(plan: Plan, depth: int, dialect: str) -> Iterator[str]:
+    pad = "  " * depth
+    match plan:
+        case Project():
+            many = " (a set-returning call: several rows per input row)" if plan.multiplies else ""
+            yield f"{pad}project {', '.join(o.name for o in plan.outputs)}{many}"
+            yield from _relation_lines(plan.input, depth + 1, dialect)
+        case Aggregate():
+            yield f"{pad}{_aggregate(plan, dialect)}"
+            yield from _relation_lines(plan.input, depth + 1, dialect)
+        case UnionAll():
+            yield f"{pad}union all: each branch's changes, renamed"
+            for branch in plan.inputs:
+                yield from _plan_lines(branch, depth + 1, dialect)
+        case SetOp():
+            yield f"{pad}{plan.kind}{' all' if plan.all else ''}: each touched value's counts on both sides"
+            yield from _plan_lines(plan.left, depth + 1, dialect)
+            yield from _plan_lines(plan.right, depth + 1, dialect)
+        case TopK():
+            order = ", ".join(o.sql(dialect) for o in plan.order)
+            yield f"{pad}top {plan.limit} by {order}: rows entering or leaving the top re-ranked"
+            yield from _plan_lines(plan.input, depth + 1, dialect)
+        case Window():
+            over = f"partition by {', '.join(plan.partition_by)}" if plan.partition_by else "no PARTITION BY"
+            yield f"{pad}window ({over}): the partitions a batch touches recomputed"
+            yield from _plan_lines(plan.input, depth + 1, dialect)
+        case Rows():
+            yield f"{pad}values: rows written in the query (no batch changes them)"
+        case _:
+            unknown_node(plan)
+
+
+def _aggregate(plan: Aggregate, dialect: str) -> str:
+    groups = ", ".join(_shown(g, dialect) for g in plan.group_by) or "nothing (one row)"
+    kept = sorted({str(c.original.key).upper() for c in plan.calls if c.func != "recomputed"})
+    redone = sorted({_name(c.original) for c in plan.calls if c.func == "recomputed"})
+    parts = []
+    if kept:
+        parts.append(f"{', '.join(kept)} kept as running state per group")
+    if redone:
+        parts.append(f"{', '.join(redone)} recomputed for the groups a batch touches")
+    return f"aggregate GROUP BY {groups}: {'; '.join(parts) or 'group counts kept'}"
+
+
+def _name(call: exp.Expr) -> str:
+    return call.name.upper() if isinstance(call, exp.Anonymous) else str(call.key).upper()
+
+
+def _shown(expression: exp.Expr, dialect: str) -> str:
+    return expression.name if isinstance(expression, exp.Column) else expression.sql(dialect)
+
+
+def _relation_lines(relation: Relation, depth: int, dialect: str) -> Iterator[str]:
+    pad = "  " * depth
+    match relation:
+        case Scan():
+            yield f"{pad}scan {relation.table.qualified} AS {relation.alias}"
+        case Derived():
+            yield f"{pad}subquery AS {relation.alias}"
+            yield from _plan_lines(relation.plan, depth + 1, dialect)
+        case Filter():
+            yield f"{pad}filter {relation.predicate.sql(dialect)}"
+            yield from _relation_lines(relation.input, depth + 1, dialect)
+        case Join():
+            on = f" ON {relation.condition.sql(dialect)}" if relation.condition is not None else ""
+            yield f"{pad}{relation.kind} join{on}"
+            yield from _relation_lines(relation.left, depth + 1, dialect)
+            yield from _relation_lines(relation.right, depth + 1, dialect)
+        case _:
+            unknown_node(relation)
