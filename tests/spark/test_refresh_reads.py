@@ -160,3 +160,59 @@ def test_a_history_row_is_appended_once_when_the_bookkeeping_after_it_fails(
     appended = spark.sql(f"SELECT count(*) FROM {catalog}.refresh_history WHERE reason = 'by the test'")
     assert appended.first()[0] == 1  # not retried as a conflict
     assert registry.recent_refreshes(spark, catalog, name)[0].seconds == 2.5  # read afresh
+
+
+def test_registrations_this_process_wrote_are_kept_as_stored(spark: Any, spark_schema: str) -> None:
+    """A create appends its registration and a rebuild merges it; either way the registration this
+    process keeps afterwards is the row a fresh read finds, and the next run reads no registry."""
+    s = spark_schema
+    sql = copy_of_orders(spark, s)
+    catalog = make_spec(s, "copy", sql).catalog_schema
+    name = f"{s}.copy"
+
+    def fresh() -> Any:
+        registry._REGISTRATIONS.forget()
+        return registry.lookup(spark, catalog, name)
+
+    for step, query in enumerate((sql, f"{sql} WHERE amount > 0")):  # a create, then a rebuild
+        run_stream_table(spark, make_spec(s, "copy", query, refresh_mode="differential"))
+        kept = registry.lookup(spark, catalog, name)
+        assert kept is not None and kept.defining_query == query
+        assert kept == fresh(), step
+        statements: list[str] = []
+        spark.sql(f"INSERT INTO {s}.orders VALUES ({step}, 5)")
+        run_stream_table(
+            spark, make_spec(s, "copy", query, refresh_mode="differential", on_statement=statements.append)
+        )
+        assert not [t for t in statements if "stream_tables" in t and t.lstrip().startswith("SELECT")]
+        assert_matches_query(spark, s, "copy", query)
+    assert spark.sql(f"SELECT count(*) FROM {catalog}.stream_tables").first()[0] == 1
+
+
+def test_a_source_is_described_again_only_when_its_description_can_have_changed(
+    spark: Any, spark_schema: str
+) -> None:
+    """New rows leave a source's description as it was (no DESCRIBE); a column added, its key
+    declared anew, or the table replaced are described again, and followed."""
+    s = spark_schema
+    sql = f"SELECT * FROM {s}.orders"
+    copy_of_orders(spark, s)
+    refresh_and_check(spark, s, "copy", sql, "create", refresh_mode="differential")
+
+    def described(write: str) -> tuple[bool, Any]:
+        spark.sql(write)
+        statements: list[str] = []
+        spec = make_spec(s, "copy", sql, refresh_mode="differential", on_statement=statements.append)
+        result = run_stream_table(spark, spec)
+        assert_matches_query(spark, s, "copy", sql, result.summary())
+        return any(t.startswith("DESCRIBE") and "orders" in t for t in statements), result
+
+    assert described(f"INSERT INTO {s}.orders VALUES (1, 10), (2, 20)")[0] is False
+    again, result = described(f"ALTER TABLE {s}.orders ADD COLUMN note string")
+    assert again and result.action == "REBUILD"  # `select *` reads the new column
+    again, result = described(f"ALTER TABLE {s}.orders SET TBLPROPERTIES ('dbt_ivm.primary_key'='id')")
+    assert again and result.action in ("FULL", "REBUILD")  # rows now found by their key
+    assert described(f"UPDATE {s}.orders SET amount = 11 WHERE id = 1")[0] is False
+    spark.sql(f"DROP TABLE {s}.orders PURGE")
+    again, result = described(f"CREATE TABLE {s}.orders (id int, amount int, note string) USING iceberg")
+    assert again and result.action in ("FULL", "REBUILD")

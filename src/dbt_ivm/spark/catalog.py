@@ -14,11 +14,13 @@ Without either, rows are identified by value (multiset layout: duplicates allowe
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dbt_ivm.catalog import Column, FunctionCall, TableInfo
+from dbt_ivm.spark.iceberg import load_table
 
 KEY_PROPERTY = "dbt_ivm.primary_key"
 NO_SNAPSHOT = -1
@@ -41,6 +43,13 @@ class SparkTable:
 
 
 BUILTIN_EXPRESSIONS = "org.apache.spark.sql.catalyst.expressions."
+
+# What was described of an Iceberg table, by (Spark application, relation), with what it was read
+# from: the table's uuid, schema id (identifier fields included), location and properties. While they
+# are the same, so is its description: one metadata lookup instead of three statements, as every
+# refresh describes each source it reads (its data may move; a new snapshot changes none of them).
+_DESCRIBED: dict[tuple[str, str], tuple[str, SparkTable]] = {}
+_DESCRIBED_LOCK = threading.Lock()
 
 
 class SparkCatalog:
@@ -79,6 +88,23 @@ class SparkCatalog:
     def describe(self, schema: str | None, name: str) -> SparkTable | None:
         schema = schema or str(self.spark.catalog.currentDatabase())
         relation = bt(schema, name)
+        key = (str(self.spark.sparkContext.applicationId), relation)
+        # Read before describing: a commit in between leaves an older file kept, read again next time.
+        described_from = _described_from(self.spark, (schema, name))
+        with _DESCRIBED_LOCK:
+            kept = _DESCRIBED.get(key)
+        if described_from is not None and kept is not None and kept[0] == described_from:
+            found: SparkTable | None = kept[1]
+        else:
+            found = self._described(schema, name, relation)
+            if found is not None and found.is_iceberg and described_from is not None:
+                with _DESCRIBED_LOCK:
+                    _DESCRIBED[key] = (described_from, found)
+        if found is not None:
+            self.tables[found.info.qualified] = found
+        return found
+
+    def _described(self, schema: str, name: str, relation: str) -> SparkTable | None:
         try:
             # Another process may have committed: drop cached Iceberg metadata before reading it.
             self.spark.sql(f"REFRESH TABLE {relation}")
@@ -102,9 +128,18 @@ class SparkCatalog:
             view_sql=info.get("View Text") or None,
             identity=info.get("Location", ""),
         )
-        found = SparkTable(table, provider, properties)
-        self.tables[table.qualified] = found
-        return found
+        return SparkTable(table, provider, properties)
+
+
+def _described_from(spark: Any, table: tuple[str, str]) -> str | None:
+    """What an Iceberg table's description follows, freshly loaded (what Spark holds of the table is
+    refreshed with it); None for anything else (a view, another format, no such table)."""
+    try:
+        loaded = load_table(spark, table)
+        parts = (loaded.uuid().toString(), loaded.schema().schemaId(), loaded.location(), loaded.properties())
+        return "\n".join(str(part) for part in parts)
+    except Exception:  # NotAnIcebergTable, no such table: described (and refused) the long way
+        return None
 
 
 def incomparable(spark_type: str) -> bool:

@@ -174,19 +174,36 @@ def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def save(spark: Any, catalog: str, registration: Registration) -> None:
-    """Insert or replace one registration (a single Iceberg commit)."""
+def save(spark: Any, catalog: str, registration: Registration, new: bool = False) -> None:
+    """Insert or replace one registration (a single Iceberg commit). `new`: the registry held none
+    for this stream table when the caller looked, so the row is appended (no join with the table)."""
     relation = table(catalog, "stream_tables")
     frame = _one_row(spark, asdict(registration), STREAM_TABLES_COLUMNS)
+    kept = replace(registration, sources=list(registration.sources))
+
+    def remember(found: dict[str, Registration]) -> None:
+        found[registration.stream_table] = kept
+
+    if new:
+
+        def append() -> None:
+            frame.writeTo(relation).append()
+            _REGISTRATIONS.after_commit(spark, (catalog, "stream_tables"), remember)
+
+        _retry(append)
+        return
     view = f"__ivm_registration_{abs(hash((registration.stream_table, time.monotonic_ns())))}"
     frame.createOrReplaceTempView(view)
-    try:
-        _retry(
-            lambda: spark.sql(
-                f"MERGE INTO {relation} AS t USING {_bt(view)} AS r ON t.stream_table = r.stream_table "
-                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-            )
+
+    def merge() -> None:
+        spark.sql(
+            f"MERGE INTO {relation} AS t USING {_bt(view)} AS r ON t.stream_table = r.stream_table "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
         )
+        _REGISTRATIONS.after_commit(spark, (catalog, "stream_tables"), remember)
+
+    try:
+        _retry(merge)
     finally:
         spark.catalog.dropTempView(view)
 

@@ -517,7 +517,7 @@ def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, sta
         registration.created_at = registered.created_at
     # Registry first: a crash before the table exists again is a CREATE; one before the old table is
     # dropped leaves a table stamped with the old fingerprint, which the next run rebuilds.
-    registry.save(spark, spec.catalog_schema, registration)
+    registry.save(spark, spec.catalog_schema, registration, new=registered is None)
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {bt(spec.schema)}")
     spark.sql(f"DROP TABLE IF EXISTS {_table(spec).sql('spark')}")
     stamp = Stamp(
