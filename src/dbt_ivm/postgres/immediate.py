@@ -46,6 +46,7 @@ from dbt_ivm.apply import multiset
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.layout import HASH
 from dbt_ivm.postgres import outside_writes, user_triggers
+from dbt_ivm.postgres.apply import NO_JIT
 from dbt_ivm.postgres.capture import IMMEDIATE_TRIGGER_PREFIX, TREE_SQL, enum_labels
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import (
@@ -63,7 +64,7 @@ from dbt_ivm.reserved import internal_columns
 from dbt_ivm.sqltext import WEIGHT, lit, q, qn
 
 # Bump when the function's text changes in a way an installed one must not keep.
-IMMEDIATE_VERSION = 3
+IMMEDIATE_VERSION = 4
 STATE_TABLE = "immediate_state"
 TURNS_TABLE = "immediate_turns"
 TRIGGER_PREFIX = IMMEDIATE_TRIGGER_PREFIX
@@ -415,7 +416,7 @@ END
 """
     return (
         f"CREATE OR REPLACE FUNCTION {qn(catalog, function_name(stream_table))}() RETURNS trigger "
-        f"LANGUAGE plpgsql SECURITY DEFINER {pinned} AS {dollar_quoted(body)}"
+        f"LANGUAGE plpgsql SECURITY DEFINER {pinned} SET jit = {NO_JIT} AS {dollar_quoted(body)}"
     )
 
 

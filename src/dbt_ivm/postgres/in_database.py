@@ -18,7 +18,7 @@ CALL_INITIATED_BY = "CALL dbt_ivm.refresh"  # the history's initiated_by for a r
 # Bump when the functions' text, or the stream tables' layout they maintain, changes: the engine runs
 # only functions this version installed, and installs them anew (planning, so a table whose layout
 # changed is rebuilt) when they are another's.
-VERSION = 12
+VERSION = 13
 ARGUMENTS = "text, text, bigint"  # refresh_<tag>(initiated_by, invocation_id, apply_up_to)
 UNBOUNDED_BATCH = 2**62  # a batch no refresh reaches: "any number of changes"
 

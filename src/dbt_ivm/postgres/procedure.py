@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.postgres import capture, immediate, outside_writes, statistics, user_triggers
+from dbt_ivm.postgres.apply import NO_JIT
 from dbt_ivm.postgres.catalog import FUNCTION_DEFINITIONS_SQL
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.immediate_sql import Statements, pending_insert
@@ -325,13 +326,17 @@ def _apply(catalog: str, program: Program, explicit: immediate.Explicit) -> str:
       __ivm_out_action := 'SKIP'; __ivm_reason := 'no changes';
     ELSIF __ivm_reason IS NULL THEN
       __ivm_out_action := 'DIFFERENTIAL';
-      -- Few rows: probe the key index (for this statement; the caller's transaction keeps its own).
+      -- Few rows: probe the key index, compile no plan (for these statements; the caller's
+      -- transaction keeps its own settings).
       __ivm_page_cost := pg_catalog.current_setting('random_page_cost');
+      __ivm_jit := pg_catalog.current_setting('jit');
       PERFORM pg_catalog.set_config('random_page_cost', '1.1', true);
+      PERFORM pg_catalog.set_config('jit', {lit(NO_JIT)}, true);
       {_fill_pending(catalog, program)}
       {combined}
       {immediate.clear_pending(program.stream_table, program.sources)}
       PERFORM pg_catalog.set_config('random_page_cost', __ivm_page_cost, true);
+      PERFORM pg_catalog.set_config('jit', __ivm_jit, true);
     ELSE
       __ivm_out_action := 'FULL';
       {full}
@@ -384,7 +389,7 @@ DECLARE
   __ivm_reason text; __ivm_why text; __ivm_stale text; __ivm_threshold float8;
   __ivm_n bigint; __ivm_truncated boolean; __ivm_rows float8; __ivm_changed int[] := '{{}}';
   __ivm_state jsonb; __ivm_now jsonb; __ivm_intact boolean;
-  __ivm_before bigint[]; __ivm_after bigint[]; __ivm_id bigint; __ivm_channel text; __ivm_page_cost text;
+  __ivm_before bigint[]; __ivm_after bigint[]; __ivm_id bigint; __ivm_channel text; __ivm_page_cost text; __ivm_jit text;
   __ivm_started timestamptz := pg_catalog.clock_timestamp();
   __ivm_inserted bigint; __ivm_updated bigint; __ivm_deleted bigint; __ivm_differing bigint;
 BEGIN

@@ -866,6 +866,7 @@ def _differential(
     then FULL, saying why. Measured history decides before any delta work; failing that, the planner
     prices the delta as it is built (postgres.auto_cost)."""
     assert compiled.layout is not None
+    jit = pg_apply.without_jit(db)
     choice: cost.Choice | None = None
     weighing: auto_cost.PlannerWeighing | None = None
     if spec.refresh_mode == "auto":
@@ -887,6 +888,7 @@ def _differential(
                 choice = weighing.choice(delta)
     if choice is not None and choice.action == "FULL":
         assert choice.reason is not None
+        pg_apply.restore_jit(db, jit)
         result = _full(db, spec, compiled, sql, choice.reason)
         result.estimated_differential_seconds = choice.estimated_differential
         return result
