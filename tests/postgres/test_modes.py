@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dbt_ivm.errors import UnsupportedQuery
+from tests.oracle import assert_matches_query
 from tests.postgres.streams import (
     applies,
     execute,
@@ -135,6 +136,39 @@ def test_auto_goes_full_when_a_batch_exceeds_the_threshold(shop: Any) -> None:
 
 def _versions(conn: Any, relation: str, key: str) -> dict[Any, tuple[str, str]]:
     return {r[0]: (r[1], r[2]) for r in rows(conn, f"SELECT {key}, ctid::text, xmin::text FROM {relation}")}
+
+
+@pytest.mark.parametrize("path", ["dbt run", "CALL"])
+def test_the_threshold_counts_rows_changed_in_the_columns_read(shop: Any, path: str) -> None:
+    """Captured changes overcount what the query sees: 40 updated rows of ~100 are 80 captured
+    changes, but 40 rows, under the default 0.5; every row's unread `customer_id` updated is 200
+    captured changes, but no row the query reads changed. Neither batch is FULL for the threshold."""
+    refresh(shop, "totals", CUSTOMER_TOTALS)
+
+    def refreshed() -> tuple[str, str]:
+        if path == "CALL":
+            execute(
+                shop, "BEGIN ISOLATION LEVEL REPEATABLE READ; CALL dbt_ivm.refresh('public.totals'); COMMIT"
+            )
+            last = history(shop, "totals")[-1]
+            action, reason = str(last["action"]), str(last["reason"] or "")
+        else:
+            result = refresh(shop, "totals", CUSTOMER_TOTALS)
+            action, reason = result.action, result.reason or ""
+        return action, reason
+
+    for write in (
+        "UPDATE orders SET amount = amount + 1 WHERE id <= 40",
+        "UPDATE orders SET customer_id = customer_id + 1",
+    ):
+        execute(shop, write)
+        action, reason = refreshed()
+        assert "full_refresh_threshold" not in reason, (write, action, reason)
+        assert_matches_query(shop, "public", "totals", CUSTOMER_TOTALS, write)
+    # Past it when the rows the query reads do change: 60 of ~100.
+    execute(shop, "UPDATE orders SET amount = amount + 1 WHERE id <= 60")
+    action, reason = refreshed()
+    assert action == "FULL" and "60 changes to public.orders exceed full_refresh_threshold" in reason, reason
 
 
 @pytest.mark.parametrize(

@@ -544,6 +544,25 @@ def pending_stats_sql(catalog: str, table: TableInfo, frontier_sql: str) -> str:
     )
 
 
+def changed_rows_sql(catalog: str, table: TableInfo, frontier_sql: str, read: Sequence[str]) -> str:
+    """SQL: how many rows of `table` the changes pending since the frontier changed in the columns
+    `read`. A captured update is two buffer rows and a change to other columns still one or two; here
+    the batch is netted over the columns read (and the key), so a change the query cannot see counts
+    nothing, and with a key an updated row counts once."""
+    names = table.column_names()
+    key = set(table.primary_key) if all(k in names for k in table.primary_key) else set()
+    grouped = ", ".join(q(c) for c in internal_columns(table, key | set(read)))
+    netted = (
+        f"SELECT {grouped}, sum({q(WEIGHT)}) AS {q(WEIGHT)} FROM {qn(catalog, buffer_name(table))} "
+        f"WHERE {pending_filter(frontier_sql)} GROUP BY {grouped} HAVING sum({q(WEIGHT)}) <> 0"
+    )
+    if key:
+        counted = f"count(DISTINCT ROW({', '.join(q(c) for c in internal_columns(table, key))}))"
+    else:  # each copy of a row added or removed
+        counted = f"COALESCE(sum(abs({q(WEIGHT)})), 0)"
+    return f"SELECT {counted} FROM ({netted}) AS netted"
+
+
 def full_mark_pending_sql(catalog: str, buffer: str, frontier_sql: str) -> str:
     """SQL: a FULL mark (TRUNCATE) of `buffer` was committed after the frontier `frontier_sql`."""
     return (

@@ -245,8 +245,13 @@ def _per_source(catalog: str, program: Program) -> str:
             f"WHERE c.oid = {lit(source.identity)}::pg_catalog.oid; "
             "IF __ivm_reason IS NULL AND __ivm_mode = 'auto' AND __ivm_rows > 0 "
             "AND __ivm_n > __ivm_threshold * __ivm_rows THEN "
+            # As the runner does: the rows changed in the columns read, not the captured changes.
+            f"{capture.changed_rows_sql(catalog, source, '__ivm_frontier', source.column_names())} "
+            "INTO __ivm_changed_rows; "
+            "IF __ivm_changed_rows > __ivm_threshold * __ivm_rows THEN "
             "__ivm_reason := pg_catalog.format('%s changes to %s exceed full_refresh_threshold=%s of its ~%s rows', "
-            f"__ivm_n, {label}, __ivm_threshold, pg_catalog.round(__ivm_rows::numeric)); END IF;"
+            f"__ivm_changed_rows, {label}, __ivm_threshold, pg_catalog.round(__ivm_rows::numeric)); "
+            "END IF; END IF;"
         )
         blocks.append(
             f"""
@@ -390,6 +395,7 @@ DECLARE
   __ivm_n bigint; __ivm_truncated boolean; __ivm_rows float8; __ivm_changed int[] := '{{}}';
   __ivm_state jsonb; __ivm_now jsonb; __ivm_intact boolean;
   __ivm_before bigint[]; __ivm_after bigint[]; __ivm_id bigint; __ivm_channel text; __ivm_page_cost text; __ivm_jit text;
+  __ivm_changed_rows bigint;
   __ivm_started timestamptz := pg_catalog.clock_timestamp();
   __ivm_inserted bigint; __ivm_updated bigint; __ivm_deleted bigint; __ivm_differing bigint;
 BEGIN

@@ -848,6 +848,13 @@ def _choose_full_reason(
             or 0
         )
         too_many = lifecycle.threshold_reason(spec, source.qualified, count, estimate)
+        if too_many is not None and compiled.plan is not None:
+            # Captured changes overcount what the query sees (an update is two; a change to columns
+            # it never reads counts): count the rows changed in the columns it reads instead.
+            read = columns_read(compiled.plan)[source.qualified]
+            frontier = capture.snapshot(current.frontier)
+            rows = int(db.value(capture.changed_rows_sql(spec.catalog_schema, source, frontier, read)) or 0)
+            too_many = lifecycle.threshold_reason(spec, source.qualified, rows, estimate)
         if too_many is not None:
             return too_many, total, changed
     return None, total, changed
