@@ -55,3 +55,27 @@ def test_auto_follows_the_refresh_history(spark: Any, spark_schema: str) -> None
         f"WHERE stream_table = '{s}.totals' ORDER BY refresh_id DESC LIMIT 1"
     ).collect()[0]
     assert last[0] == 5  # two old and two new images of orders 1 and 2, and order 3 deleted
+
+
+def test_the_threshold_counts_rows_changed_in_the_columns_read(spark: Any, spark_schema: str) -> None:
+    """Changed rows, not row images: 40 of 100 keyed rows updated are 80 images, but 40 rows, under
+    the default 0.5; every row's unread `note` updated changes no row the query reads. 60 rows are
+    past it."""
+    s = spark_schema
+    spark.sql(
+        f"CREATE TABLE {s}.orders (id int, customer string, amount int, note string) USING iceberg "
+        "TBLPROPERTIES ('dbt_ivm.primary_key'='id')"
+    )
+    spark.sql(f"INSERT INTO {s}.orders SELECT id, concat('c', id % 3), id, 'n' FROM range(100) AS r(id)")
+    sql = f"SELECT customer, SUM(amount) AS total FROM {s}.orders GROUP BY customer"
+    refresh_and_check(spark, s, "totals", sql, "create")
+    for write in (
+        f"UPDATE {s}.orders SET amount = amount + 1 WHERE id < 40",
+        f"UPDATE {s}.orders SET note = 'm'",
+    ):
+        spark.sql(write)
+        result = refresh_and_check(spark, s, "totals", sql, write)
+        assert "full_refresh_threshold" not in (result.reason or ""), result.summary()
+    spark.sql(f"UPDATE {s}.orders SET amount = amount + 1 WHERE id < 60")
+    past = refresh_and_check(spark, s, "totals", sql, "60 rows")
+    assert past.action == "FULL" and (past.reason or "").startswith("60 changes to"), past.summary()

@@ -109,12 +109,26 @@ def bind(
             bindings.inserted_only.add(name)
         total += int(count)
         if size > 0 and count > spec.full_refresh_threshold * size:
-            return Batch(
-                f"{count} changes to {name} exceed full_refresh_threshold="
-                f"{spec.full_refresh_threshold} of its {size} rows",
-                total,
-            )
+            rows = _rows_changed(spark, source, reads[name], delta, int(count))
+            if rows > spec.full_refresh_threshold * size:
+                return Batch(
+                    f"{rows} changes to {name} exceed full_refresh_threshold="
+                    f"{spec.full_refresh_threshold} of its {size} rows",
+                    total,
+                )
     return Batch(None, total, tuple(slow_paths))
+
+
+def _rows_changed(
+    spark: Any, source: SparkTable, read: tuple[str, ...], delta: exp.Table, images: int
+) -> int:
+    """The rows a batch changed (its net row `images` are already over the columns read): an updated
+    row is two images, counted once by its key where the source declares one."""
+    key = source.info.primary_key
+    if not key or any(k not in read for k in key):
+        return images
+    distinct = exp.Count(this=exp.Distinct(expressions=columns(internal_columns(source.info, key))))
+    return int(spark.sql(exp.select(distinct).from_(delta.copy()).sql("spark")).collect()[0][0])
 
 
 def _json_image(names: list[str]) -> exp.Expr:
