@@ -184,20 +184,23 @@ def full_reason(
     return None
 
 
-def threshold_reason(spec: StreamTableSpec, source: str, changes: int, estimated_rows: float) -> str | None:
-    """AUTO's fallback: a batch larger than `full_refresh_threshold` of its source refreshes FULL.
+def threshold_reason(spec: StreamTableSpec, changed: str, changes: int, rows_read: float) -> str | None:
+    """AUTO's fallback: a batch larger than `full_refresh_threshold` of what a recompute reads (the
+    rows of every source the query reads, not only of those that changed: a star schema's small
+    dimension changes by a large fraction of itself all the time) refreshes FULL. `changed`: the
+    changed sources, named.
 
     >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1")
     >>> threshold_reason(spec, "public.t", 600, 1000.0)
-    '600 changes to public.t exceed full_refresh_threshold=0.5 of its ~1000 rows'
-    >>> threshold_reason(spec, "public.t", 400, 1000.0) is None
+    '600 changes to public.t exceed full_refresh_threshold=0.5 of the ~1000 rows the query reads'
+    >>> threshold_reason(spec, "public.store", 2, 1_000_001.0) is None  # one store renamed, 1M sales
     True
     """
-    if spec.refresh_mode != "auto" or estimated_rows <= 0:
+    if spec.refresh_mode != "auto" or rows_read <= 0:
         return None
-    if changes <= spec.full_refresh_threshold * estimated_rows:
+    if changes <= spec.full_refresh_threshold * rows_read:
         return None
     return (
-        f"{changes} changes to {source} exceed full_refresh_threshold="
-        f"{spec.full_refresh_threshold} of its ~{int(estimated_rows)} rows"
+        f"{changes} changes to {changed} exceed full_refresh_threshold="
+        f"{spec.full_refresh_threshold} of the ~{int(rows_read)} rows the query reads"
     )

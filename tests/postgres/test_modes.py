@@ -138,6 +138,27 @@ def _versions(conn: Any, relation: str, key: str) -> dict[Any, tuple[str, str]]:
     return {r[0]: (r[1], r[2]) for r in rows(conn, f"SELECT {key}, ctid::text, xmin::text FROM {relation}")}
 
 
+def test_the_threshold_weighs_a_small_dimension_against_all_the_query_reads(shop: Any) -> None:
+    """A star schema's small table changes by a large fraction of itself: two of three customers
+    renamed are 4 captured changes, 2 rows, of the ~103 rows the query reads, not of 3."""
+    sql = "SELECT o.id, c.name FROM orders o JOIN customers c ON c.id = o.customer_id"
+    refresh(shop, "named", sql)
+    execute(shop, "UPDATE customers SET name = name || '!' WHERE id <= 2")
+    result = refresh_and_check(shop, "named", sql)
+    assert "full_refresh_threshold" not in (result.reason or ""), result.summary()
+    execute(
+        shop, "UPDATE customers SET name = name || '?'; UPDATE orders SET amount = amount + 1 WHERE id <= 60"
+    )
+    result = refresh_and_check(shop, "named", sql)  # the amounts are not read: 3 rows of ~103
+    assert "full_refresh_threshold" not in (result.reason or ""), result.summary()
+    execute(shop, "UPDATE orders SET customer_id = customer_id % 3 + 1 WHERE id <= 60")
+    result = refresh_and_check(shop, "named", sql)
+    assert result.action == "FULL", result.summary()
+    assert result.reason == (
+        "60 changes to public.orders exceed full_refresh_threshold=0.5 of the ~103 rows the query reads"
+    )
+
+
 @pytest.mark.parametrize("path", ["dbt run", "CALL"])
 def test_the_threshold_counts_rows_changed_in_the_columns_read(shop: Any, path: str) -> None:
     """Captured changes overcount what the query sees: 40 updated rows of ~100 are 80 captured

@@ -79,3 +79,21 @@ def test_the_threshold_counts_rows_changed_in_the_columns_read(spark: Any, spark
     spark.sql(f"UPDATE {s}.orders SET amount = amount + 1 WHERE id < 60")
     past = refresh_and_check(spark, s, "totals", sql, "60 rows")
     assert past.action == "FULL" and (past.reason or "").startswith("60 changes to"), past.summary()
+
+
+def test_the_threshold_weighs_a_small_dimension_against_all_the_query_reads(
+    spark: Any, spark_schema: str
+) -> None:
+    """Two of three customers renamed are 2 rows of the ~103 the join reads, not of 3: no FULL."""
+    s = spark_schema
+    spark.sql(
+        f"CREATE TABLE {s}.customers (id int, name string) USING iceberg TBLPROPERTIES ('dbt_ivm.primary_key'='id')"
+    )
+    spark.sql(f"INSERT INTO {s}.customers VALUES (0, 'a'), (1, 'b'), (2, 'c')")
+    spark.sql(f"CREATE TABLE {s}.orders (id int, customer_id int) USING iceberg")
+    spark.sql(f"INSERT INTO {s}.orders SELECT id, id % 3 FROM range(100) AS r(id)")
+    sql = f"SELECT o.id, c.name FROM {s}.orders o JOIN {s}.customers c ON c.id = o.customer_id"
+    refresh_and_check(spark, s, "named", sql, "create")
+    spark.sql(f"UPDATE {s}.customers SET name = concat(name, '!') WHERE id < 2")
+    result = refresh_and_check(spark, s, "named", sql, "renamed")
+    assert "full_refresh_threshold" not in (result.reason or ""), result.summary()

@@ -240,18 +240,10 @@ def _per_source(catalog: str, program: Program) -> str:
             f"{label}, __ivm_why), HINT = pg_catalog.format('run dbt-ivm refresh %s: it reinstalls capture and "
             "refreshes FULL', __ivm_key);"
         )
-        threshold = (
-            f"SELECT GREATEST(c.reltuples, 0) INTO __ivm_rows FROM pg_catalog.pg_class c "
-            f"WHERE c.oid = {lit(source.identity)}::pg_catalog.oid; "
-            "IF __ivm_reason IS NULL AND __ivm_mode = 'auto' AND __ivm_rows > 0 "
-            "AND __ivm_n > __ivm_threshold * __ivm_rows THEN "
-            # As the runner does: the rows changed in the columns read, not the captured changes.
-            f"{capture.changed_rows_sql(catalog, source, '__ivm_frontier', source.column_names())} "
-            "INTO __ivm_changed_rows; "
-            "IF __ivm_changed_rows > __ivm_threshold * __ivm_rows THEN "
-            "__ivm_reason := pg_catalog.format('%s changes to %s exceed full_refresh_threshold=%s of its ~%s rows', "
-            f"__ivm_changed_rows, {label}, __ivm_threshold, pg_catalog.round(__ivm_rows::numeric)); "
-            "END IF; END IF;"
+        # What a recompute reads: every source's rows (the threshold weighs the batch against it).
+        rows = (
+            "__ivm_rows_read := __ivm_rows_read + COALESCE((SELECT GREATEST(c.reltuples, 0) FROM "
+            f"pg_catalog.pg_class c WHERE c.oid = {lit(source.identity)}::pg_catalog.oid), 0);"
         )
         blocks.append(
             f"""
@@ -281,10 +273,35 @@ def _per_source(catalog: str, program: Program) -> str:
       END IF;
     END IF;
     __ivm_out_changes := __ivm_out_changes + __ivm_n;
-    IF __ivm_n > 0 THEN __ivm_changed := __ivm_changed || {index}; END IF;
-    {threshold}"""
+    IF __ivm_n > 0 THEN
+      __ivm_changed := __ivm_changed || {index};
+      __ivm_changed_names := pg_catalog.concat_ws(', ', __ivm_changed_names, {label});
+    END IF;
+    {rows}"""
         )
-    return "".join(blocks)
+    return "".join(blocks) + _threshold(catalog, program)
+
+
+def _threshold(catalog: str, program: Program) -> str:
+    """As the runner weighs `full_refresh_threshold`: the captured changes against the rows the
+    query reads, and past it the rows changed in the columns it reads."""
+    counted = "".join(
+        f"""
+      IF {index} = ANY (__ivm_changed) THEN
+        {capture.changed_rows_sql(catalog, source, "__ivm_frontier", source.column_names())} INTO __ivm_n;
+        __ivm_changed_rows := __ivm_changed_rows + __ivm_n;
+      END IF;"""
+        for index, source in enumerate(program.sources)
+    )
+    return f"""
+    IF __ivm_reason IS NULL AND __ivm_mode = 'auto' AND __ivm_rows_read > 0
+        AND __ivm_out_changes > __ivm_threshold * __ivm_rows_read THEN
+      __ivm_changed_rows := 0;{counted}
+      IF __ivm_changed_rows > __ivm_threshold * __ivm_rows_read THEN
+        __ivm_reason := pg_catalog.format('%s changes to %s exceed full_refresh_threshold=%s of the ~%s rows the query reads',
+          __ivm_changed_rows, __ivm_changed_names, __ivm_threshold, pg_catalog.round(__ivm_rows_read::numeric));
+      END IF;
+    END IF;"""
 
 
 def _granted_whole(relation: str) -> str:
@@ -392,10 +409,10 @@ DECLARE
   __ivm_key text := {lit(key)};
   __ivm_frontier pg_snapshot; __ivm_mode text; __ivm_needs text; __ivm_settings jsonb;
   __ivm_reason text; __ivm_why text; __ivm_stale text; __ivm_threshold float8;
-  __ivm_n bigint; __ivm_truncated boolean; __ivm_rows float8; __ivm_changed int[] := '{{}}';
+  __ivm_n bigint; __ivm_truncated boolean; __ivm_changed int[] := '{{}}';
   __ivm_state jsonb; __ivm_now jsonb; __ivm_intact boolean;
   __ivm_before bigint[]; __ivm_after bigint[]; __ivm_id bigint; __ivm_channel text; __ivm_page_cost text; __ivm_jit text;
-  __ivm_changed_rows bigint;
+  __ivm_changed_rows bigint; __ivm_rows_read float8 := 0; __ivm_changed_names text;
   __ivm_started timestamptz := pg_catalog.clock_timestamp();
   __ivm_inserted bigint; __ivm_updated bigint; __ivm_deleted bigint; __ivm_differing bigint;
 BEGIN

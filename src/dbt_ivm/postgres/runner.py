@@ -829,35 +829,49 @@ def _choose_full_reason(
         return reason, 0, []
     if db.value(f"SELECT {capture.frontier_ahead_sql(capture.snapshot(current.frontier))}"):
         return capture.FRONTIER_AHEAD, 0, []
+    frontier = capture.snapshot(current.frontier)
     total = 0
     changed: list[TableInfo] = []
+    rows_read = 0.0  # what a recompute reads: every source's rows
     for source in compiled.sources:
-        stats = db.one(
-            capture.pending_stats_sql(spec.catalog_schema, source, capture.snapshot(current.frontier))
-        )
+        stats = db.one(capture.pending_stats_sql(spec.catalog_schema, source, frontier))
         assert stats is not None
         count, truncated = int(stats[0]), bool(stats[1])
         if truncated:
             return f"{source.qualified} was truncated", count, []
+        rows_read += float(
+            db.value("SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = %s::oid", (source.identity,))
+            or 0
+        )
         if count == 0:
             continue
         total += count
         changed.append(source)
-        estimate = float(
-            db.value("SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = %s::oid", (source.identity,))
-            or 0
-        )
-        too_many = lifecycle.threshold_reason(spec, source.qualified, count, estimate)
-        if too_many is not None and compiled.plan is not None:
-            # Captured changes overcount what the query sees (an update is two; a change to columns
-            # it never reads counts): count the rows changed in the columns it reads instead.
-            read = columns_read(compiled.plan)[source.qualified]
-            frontier = capture.snapshot(current.frontier)
-            rows = int(db.value(capture.changed_rows_sql(spec.catalog_schema, source, frontier, read)) or 0)
-            too_many = lifecycle.threshold_reason(spec, source.qualified, rows, estimate)
-        if too_many is not None:
-            return too_many, total, changed
-    return None, total, changed
+    return _threshold_reason(db, spec, compiled, frontier, changed, total, rows_read), total, changed
+
+
+def _threshold_reason(
+    db: Db,
+    spec: StreamTableSpec,
+    compiled: Compiled,
+    frontier: str,
+    changed: list[TableInfo],
+    changes: int,
+    rows_read: float,
+) -> str | None:
+    """`full_refresh_threshold`'s reason to recompute this batch (None: under it). Captured changes
+    overcount what the query sees (an update is two; a change to columns it never reads counts), so
+    past the threshold the rows changed in the columns it reads are counted and weighed instead."""
+    names = ", ".join(s.qualified for s in changed)
+    too_many = lifecycle.threshold_reason(spec, names, changes, rows_read)
+    if too_many is None or compiled.plan is None:
+        return too_many
+    read = columns_read(compiled.plan)
+    rows = sum(
+        int(db.value(capture.changed_rows_sql(spec.catalog_schema, s, frontier, read[s.qualified])) or 0)
+        for s in changed
+    )
+    return lifecycle.threshold_reason(spec, names, rows, rows_read)
 
 
 def _differential(

@@ -585,7 +585,10 @@ def _refresh(
         assert compiled.plan is not None and compiled.layout is not None and frontier is not None
         current = _current_bindings(views, compiled.sources, versions, compiled.reads)
         bindings = Bindings(SPARK, current=current)
-        batch = source_changes.bind(spark, views, spec, frontier, ends, changed, bindings, compiled.reads)
+        weighed = source_changes.rows_read(spark, spec, compiled.sources, ends)
+        batch = source_changes.bind(
+            spark, views, spec, frontier, ends, changed, bindings, compiled.reads, weighed
+        )
         reason, changes = batch.full_reason, batch.changes_read
         if batch.rebuild and reason is not None:
             # A column the query reads changed type: the stored columns may have to change with it.

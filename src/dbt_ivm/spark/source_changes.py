@@ -23,6 +23,7 @@ from sqlglot import exp
 
 from dbt_ivm.delta.compact import compacted
 from dbt_ivm.delta.terms import Bindings
+from dbt_ivm.lifecycle import threshold_reason
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.spark.apply import TempViews
 from dbt_ivm.spark.catalog import NO_SNAPSHOT, SparkTable, incomparable_columns
@@ -51,10 +52,13 @@ def bind(
     changed: list[SparkTable],
     bindings: Bindings,
     reads: dict[str, tuple[str, ...]],
+    rows_read: int = 0,
 ) -> Batch:
     """Bind each changed source's compacted changes into `bindings.delta`; `reads`: the columns of
-    each source the plan reads (``columns_read``), the only ones its change set carries."""
+    each source the plan reads (``columns_read``), the only ones its change set carries; `rows_read`:
+    what a recompute reads (`rows_read`), which ``full_refresh_threshold`` weighs the batch against."""
     total = 0
+    pinned: dict[str, tuple[exp.Table, int]] = {}  # each change set's view and row images
     slow_paths: list[str] = []
     for index, source in enumerate(changed):
         name = source.info.qualified
@@ -108,15 +112,28 @@ def bind(
         if not removed:  # an append (or nothing net): no row of this source leaves
             bindings.inserted_only.add(name)
         total += int(count)
-        if size > 0 and count > spec.full_refresh_threshold * size:
-            rows = _rows_changed(spark, source, reads[name], delta, int(count))
-            if rows > spec.full_refresh_threshold * size:
-                return Batch(
-                    f"{rows} changes to {name} exceed full_refresh_threshold="
-                    f"{spec.full_refresh_threshold} of its {size} rows",
-                    total,
-                )
-    return Batch(None, total, tuple(slow_paths))
+        pinned[name] = (delta, int(count))
+    changed_names = ", ".join(s.info.qualified for s in changed)
+    too_many = threshold_reason(spec, changed_names, total, rows_read)
+    if too_many is not None:  # the row images overcount: count the rows changed
+        rows = sum(
+            _rows_changed(spark, s, reads[s.info.qualified], *pinned[s.info.qualified]) for s in changed
+        )
+        too_many = threshold_reason(spec, changed_names, rows, rows_read)
+    return Batch(too_many, total, tuple(slow_paths))
+
+
+def rows_read(spark: Any, spec: StreamTableSpec, sources: list[SparkTable], ends: dict[str, int]) -> int:
+    """What a recompute reads: the rows of every source at the batch's end (AUTO weighs the batch
+    against it; 0 when it does not, or a source has no snapshot summary to count from)."""
+    if spec.refresh_mode != "auto":
+        return 0
+    total = 0
+    for source in sources:
+        end = ends.get(source.info.qualified, NO_SNAPSHOT)
+        if end != NO_SNAPSHOT:
+            total += total_records(spark, (source.info.schema, source.info.name), end)
+    return total
 
 
 def _rows_changed(
