@@ -22,13 +22,15 @@ operators:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp
 
+from dbt_ivm import cost
 from dbt_ivm.layout import Layout
+from dbt_ivm.lifecycle import threshold_reason
 from dbt_ivm.plan.nodes import (
     Aggregate,
     Derived,
@@ -46,12 +48,26 @@ from dbt_ivm.plan.nodes import (
     scans_in,
     unknown_node,
 )
+from dbt_ivm.spec import StreamTableSpec
 
 STORED_AS = {
     "keyed": "one row per key",
     "aggregate": "one row per group",
     "multiset": "rows counted by value (no key: equal rows are one row with a count)",
 }
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What `auto` would do with a batch of `changes` changed rows, decided as a refresh decides
+    before it reads them (`forecast`)."""
+
+    changes: int
+    action: str  # DIFFERENTIAL or FULL
+    reason: str
+
+    def text(self) -> str:
+        return f"a batch of {self.changes} changed rows: {self.action}: {self.reason}"
 
 
 @dataclass
@@ -63,19 +79,23 @@ class Explanation:
     stored_as: str | None = None
     sources: list[str] = field(default_factory=list)
     operators: list[str] = field(default_factory=list)  # the tree, two spaces per level
+    batch: Forecast | None = None  # asked for with `--changes N`
 
     def text(self) -> str:
         if not self.differential:
-            return f"not differential: every refresh recomputes the whole query\n  why: {self.reason}"
-        lines = ["differential: a batch is applied as its changes, not recomputed"]
-        if self.reason:
-            lines.append(f"but AUTO recomputes it: {self.reason}")
-        lines += [
-            f"stored as: {self.stored_as}",
-            f"reads the changes of: {', '.join(self.sources)}",
-            "operators:",
-            *(f"  {line}" for line in self.operators),
-        ]
+            lines = [f"not differential: every refresh recomputes the whole query\n  why: {self.reason}"]
+        else:
+            lines = ["differential: a batch is applied as its changes, not recomputed"]
+            if self.reason:
+                lines.append(f"but AUTO recomputes it: {self.reason}")
+            lines += [
+                f"stored as: {self.stored_as}",
+                f"reads the changes of: {', '.join(self.sources)}",
+                "operators:",
+                *(f"  {line}" for line in self.operators),
+            ]
+        if self.batch is not None:
+            lines.append(self.batch.text())
         return "\n".join(lines)
 
     def as_json(self) -> dict[str, Any]:
@@ -181,3 +201,46 @@ def _relation_lines(relation: Relation, depth: int, dialect: str) -> Iterator[st
             yield from _relation_lines(relation.right, depth + 1, dialect)
         case _:
             unknown_node(relation)
+
+
+def forecast(
+    explanation: Explanation,
+    spec: StreamTableSpec,
+    changes: int,
+    rows_read: float,
+    history: Sequence[cost.PastRefresh],
+    planner_prices: bool,
+) -> Explanation:
+    """`explanation` with what `auto` would do with a batch of `changes` changed rows: `rows_read`
+    is what a recompute reads now (every source's rows), `history` the stream table's recent
+    refreshes (none before it is created), `planner_prices` whether the backend prices a batch with
+    its planner when history cannot decide (PostgreSQL).
+
+    >>> from dbt_ivm.cost import PastRefresh
+    >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1")
+    >>> known = Explanation(True, None, sources=["public.orders"])
+    >>> print(forecast(known, spec, 600, 1000.0, [], True).batch.text())
+    a batch of 600 changed rows: FULL: 600 changes to public.orders exceed full_refresh_threshold=0.5 of the ~1000 rows the query reads
+    >>> print(forecast(known, spec, 10, 1000.0, [], False).batch.text())
+    a batch of 10 changed rows: DIFFERENTIAL: within full_refresh_threshold=0.5 of the ~1000 rows the query reads; nothing measured yet, so the threshold decides
+    >>> past = [PastRefresh("DIFFERENTIAL", 4.1, 10), PastRefresh("FULL", 1.2)]
+    >>> forecast(known, spec, 10, 1000.0, past, True).batch.action
+    'FULL'
+    """
+    spec = replace(spec, refresh_mode="auto")
+    if not explanation.differential or explanation.reason:
+        why = explanation.reason or "the query is not maintained differentially"
+        return replace(explanation, batch=Forecast(changes, "FULL", why))
+    too_many = threshold_reason(spec, ", ".join(explanation.sources), changes, rows_read)
+    if too_many is not None:
+        return replace(explanation, batch=Forecast(changes, "FULL", too_many))
+    within = f"within full_refresh_threshold={spec.full_refresh_threshold} of the ~{int(rows_read)} rows the query reads"
+    if cost.history_decides(history):
+        choice = cost.choose(changes, history)
+        return replace(explanation, batch=Forecast(changes, choice.action, f"{within}; {choice.reason}"))
+    then = (
+        "the planner prices the delta against a recompute when the batch comes"
+        if planner_prices
+        else "nothing measured yet, so the threshold decides"
+    )
+    return replace(explanation, batch=Forecast(changes, "DIFFERENTIAL", f"{within}; {then}"))

@@ -36,7 +36,7 @@ class Operations(Protocol):
 
     def refresh(self, catalog: str, names: Sequence[str]) -> list[Outcome]: ...
 
-    def explain(self, spec: StreamTableSpec) -> Explanation: ...
+    def explain(self, spec: StreamTableSpec, changes: int | None = None) -> Explanation: ...
 
 
 class PostgresOperations:
@@ -81,10 +81,10 @@ class PostgresOperations:
 
         return scheduled.refresh_due(self.connection, catalog, names)
 
-    def explain(self, spec: StreamTableSpec) -> Explanation:
+    def explain(self, spec: StreamTableSpec, changes: int | None = None) -> Explanation:
         from dbt_ivm.postgres import runner
 
-        return runner.explain(self.connection, spec)
+        return runner.explain(self.connection, spec, changes)
 
 
 class SparkOperations:
@@ -127,10 +127,10 @@ class SparkOperations:
 
         return registrations.refresh_due(self.spark, catalog, names)
 
-    def explain(self, spec: StreamTableSpec) -> Explanation:
+    def explain(self, spec: StreamTableSpec, changes: int | None = None) -> Explanation:
         from dbt_ivm.spark import runner
 
-        return runner.explain(self.spark, spec)
+        return runner.explain(self.spark, spec, changes)
 
 
 class CannotConnect(Exception):

@@ -127,6 +127,16 @@ def test_explain_a_model_of_a_manifest(
     found = json.loads(out)
     assert found["differential"] is True and "no PARTITION BY" in found["reason"], found
     assert found["materialized"] == "?" and not spark.catalog.tableExists(f"{s}.totals")
+    # What `auto` would do with a batch of N changed rows: the threshold against the rows read.
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 'a', 10), (2, 'b', 20)")
+    code, out, err = _run(capsys, "explain", "totals", *options, "--changes", "1")
+    assert code == 0 and "a batch of 1 changed rows: DIFFERENTIAL: within full_refresh_threshold" in out, (
+        out,
+        err,
+    )
+    code, out, err = _run(capsys, "explain", "totals", *options, "--changes", "2", "--json")
+    batch = json.loads(out)["batch"]
+    assert batch["action"] == "FULL" and "of the ~2 rows the query reads" in batch["reason"], batch
 
 
 def test_status_says_why_the_next_refresh_recomputes(spark: Any, spark_schema: str) -> None:

@@ -751,6 +751,21 @@ class TestExplain:
         assert relation_kind(project, "customer_totals") is None  # explained, not built
         assert cli.main(["explain", "no_such_model", *where]) == 1
         assert "has no model named 'no_such_model'" in capsys.readouterr().err
+        # What `auto` would do with a batch of N changed rows: the threshold against the 3 seeded rows.
+        project.run_sql(f"analyze {project.test_schema}.orders")
+        assert cli.main(["explain", "customer_totals", *where, "--changes", "1"]) == 0
+        out = capsys.readouterr().out
+        assert (
+            "a batch of 1 changed rows: DIFFERENTIAL: within full_refresh_threshold=0.5 of the ~3 rows" in out
+        )
+        assert cli.main(["explain", "customer_totals", *where, "--changes", "2", "--json"]) == 0
+        batch = json.loads(capsys.readouterr().out)["batch"]
+        assert (
+            batch["action"] == "FULL"
+            and "exceed full_refresh_threshold=0.5 of the ~3 rows" in batch["reason"]
+        )
+        assert cli.main(["explain", "random_pick", *where, "--changes", "1"]) == 0
+        assert "a batch of 1 changed rows: FULL: " in capsys.readouterr().out
 
 
 def indexed_model(indexes: str, setting: str) -> str:

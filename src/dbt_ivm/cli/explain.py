@@ -5,6 +5,7 @@ database or warehouse the profile names. Nothing is created or changed."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -40,6 +41,9 @@ def model_spec(manifest: dict[str, Any], model: str, path: Path) -> tuple[Stream
     spec = StreamTableSpec(
         model=model, schema=relation[0], name=relation[1], sql=str(sql), refresh_mode="auto"
     )
+    threshold = (node.get("config") or {}).get("full_refresh_threshold")
+    if threshold is not None:
+        spec = dataclasses.replace(spec, full_refresh_threshold=float(threshold))
     return spec, str((node.get("config") or {}).get("materialized") or "?")
 
 
@@ -59,7 +63,7 @@ def _explain(args: argparse.Namespace) -> int:
         return 1
 
     def work(backend: Operations) -> int:
-        explanation = backend.explain(spec)
+        explanation = backend.explain(spec, args.changes)
         if args.json:
             shown = {
                 "model": spec.model,
@@ -88,4 +92,12 @@ def add_explain_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--manifest", default=None, metavar="PATH", help="default: the project's target/manifest.json"
     )
     explain.add_argument("--json", action="store_true", help="print a JSON object")
+    explain.add_argument(
+        "--changes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also say what `auto` would do with a batch of N changed rows (from the sources' sizes "
+        "and the stream table's refresh history)",
+    )
     explain.set_defaults(handler=_explain)

@@ -34,7 +34,7 @@ from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.compact import needs_netting, text_changes
 from dbt_ivm.delta.terms import Bindings, Context, memoized_pin
 from dbt_ivm.errors import InvalidQuery, IvmError, MissingPrivilege, TriggerNameTaken, UnsupportedQuery
-from dbt_ivm.explain import Explanation, explained
+from dbt_ivm.explain import Explanation, explained, forecast
 from dbt_ivm.layout import Layout, key_never_null, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
@@ -1058,10 +1058,25 @@ def check_differential(connection: object, spec: StreamTableSpec) -> None:
         compile_query(db, dataclasses.replace(spec, refresh_mode="differential"), spec.sql)
 
 
-def explain(connection: object, spec: StreamTableSpec) -> Explanation:
-    """What a refresh of `spec` would do (dbt_ivm.explain), planned as `auto` plans it; writes nothing."""
+def explain(connection: object, spec: StreamTableSpec, changes: int | None = None) -> Explanation:
+    """What a refresh of `spec` would do (dbt_ivm.explain), planned as `auto` plans it, and with
+    `changes`, what it would do with a batch of that many changed rows; writes nothing."""
     db = Db(connection)
     with db.transaction("REPEATABLE READ"):
         compiled = compile_query(db, dataclasses.replace(spec, refresh_mode="auto"), spec.sql)
-    whole = whole_input_reason(compiled.plan, POSTGRES) if compiled.plan is not None else None
-    return explained(compiled.plan, compiled.layout, compiled.unsupported, whole, POSTGRES.dialect)
+        whole = whole_input_reason(compiled.plan, POSTGRES) if compiled.plan is not None else None
+        explanation = explained(compiled.plan, compiled.layout, compiled.unsupported, whole, POSTGRES.dialect)
+        if changes is None:
+            return explanation
+        rows_read = sum(
+            float(
+                db.value("SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = %s::oid", (s.identity,))
+                or 0
+            )
+            for s in compiled.sources
+        )
+        recorded = db.value(
+            "SELECT to_regclass(%s) IS NOT NULL", (qn(spec.catalog_schema, "refresh_history"),)
+        )
+        history = registry.recent_refreshes(db, spec.catalog_schema, _key(spec)) if recorded else []
+    return forecast(explanation, spec, changes, rows_read, history, planner_prices=True)

@@ -46,7 +46,7 @@ from dbt_ivm.errors import (
     SparkFailed,
     UnsupportedQuery,
 )
-from dbt_ivm.explain import Explanation, explained
+from dbt_ivm.explain import Explanation, explained, forecast
 from dbt_ivm.layout import HASH, Layout, layout_of
 from dbt_ivm.plan import build_plan
 from dbt_ivm.plan.nodes import Aggregate, Plan, scans_in, whole_input_reason
@@ -719,8 +719,17 @@ def check_differential(spark: Any, spec: StreamTableSpec) -> None:
     compile_query(spark, dataclasses.replace(spec, refresh_mode="differential"), spec.sql)
 
 
-def explain(spark: Any, spec: StreamTableSpec) -> Explanation:
-    """What a refresh of `spec` would do (dbt_ivm.explain), planned as `auto` plans it; writes nothing."""
-    compiled = compile_query(spark, dataclasses.replace(spec, refresh_mode="auto"), spec.sql)
+def explain(spark: Any, spec: StreamTableSpec, changes: int | None = None) -> Explanation:
+    """What a refresh of `spec` would do (dbt_ivm.explain), planned as `auto` plans it, and with
+    `changes`, what it would do with a batch of that many changed rows; writes nothing."""
+    auto = dataclasses.replace(spec, refresh_mode="auto")
+    compiled = compile_query(spark, auto, spec.sql)
     whole = whole_input_reason(compiled.plan, SPARK) if compiled.plan is not None else None
-    return explained(compiled.plan, compiled.layout, compiled.unsupported, whole, SPARK.dialect)
+    explanation = explained(compiled.plan, compiled.layout, compiled.unsupported, whole, SPARK.dialect)
+    if changes is None:
+        return explanation
+    ends = SourceVersions(spark, compiled.sources, compiled.reads).ends
+    rows_read = source_changes.rows_read(spark, auto, compiled.sources, ends)
+    recorded = spark.catalog.tableExists(f"{bt(spec.catalog_schema)}.{bt('refresh_history')}")
+    history = registry.recent_refreshes(spark, spec.catalog_schema, _key(spec)) if recorded else []
+    return forecast(explanation, spec, changes, rows_read, history, planner_prices=False)
