@@ -435,6 +435,8 @@ def streams(s: str) -> dict[str, str]:
         "top_orders_hidden_order": (
             f"SELECT o.customer_id, o.amount FROM {s}.orders o ORDER BY o.amount DESC, o.id LIMIT 4"
         ),
+        # one row (an aggregate without GROUP BY): the LIMIT cannot cut it, so it is the aggregate
+        "one_row_limited": f"SELECT COUNT(*) AS n, SUM(amount) AS total FROM {s}.orders LIMIT 3",
         "busiest_tiers": (
             f"SELECT c.tier FROM {s}.customers c JOIN {s}.orders o ON o.customer_id = c.id "
             "GROUP BY c.tier ORDER BY COUNT(*) DESC, c.tier LIMIT 2"
@@ -482,6 +484,11 @@ def streams(s: str) -> dict[str, str]:
             f"FROM {s}.orders o JOIN {s}.customers c ON o.customer_id = c.id GROUP BY ROLLUP (c.tier, c.region_id)"
         ),
         "cube_counts": f"SELECT kind, v, COUNT(*) AS n FROM {s}.events GROUP BY CUBE (kind, v)",
+        # the first rows of a ROLLUP: a TopK over its groupings' rows (the grand total among them)
+        "top_rolled_totals": (
+            f"SELECT customer_id, GROUPING(customer_id) AS grand, SUM(amount) AS total FROM {s}.orders "
+            "GROUP BY ROLLUP (customer_id) ORDER BY total DESC, customer_id, grand LIMIT 3"
+        ),
         # user names spelled like the engine's: a grouped subquery's alias and outputs, filtered
         # customers (a restriction reaches the subquery), and an EXISTS whose alias shadows the
         # outer one while its condition reads the outer table unqualified

@@ -414,7 +414,7 @@ class _Planner:
             self.refuse(f"`{error}`", "name the groupings with GROUPING SETS")
         if sets is not None:
             if node.args.get("limit") or node.args.get("offset"):
-                self.refuse("`LIMIT` with `ROLLUP / CUBE / GROUPING SETS`", "limit in a downstream model")
+                return self.first_grouped_rows(node, sets)
             return rewrites.as_union_of_groupings(node, sets)
         distinct = node.args.get("distinct")
         if isinstance(distinct, exp.Distinct) and distinct.args.get("on"):
@@ -427,6 +427,44 @@ class _Planner:
                 self.refuse("`DISTINCT ON` with `LIMIT`", "limit in a downstream model")
             return rewrites.distinct_on_as_window(node)
         return None
+
+    def first_grouped_rows(self, node: exp.Select, sets: list[list[exp.Expr]]) -> exp.Select:
+        """`ORDER BY … LIMIT n OFFSET m` of a ROLLUP / CUBE / GROUPING SETS aggregate: the first rows
+        of its groupings' UNION ALL (a TopK over the grouped rows), ordered by output columns."""
+        names = [s.alias_or_name for s in node.selects]
+        grouped = node.copy()
+        for clause in ("order", "limit", "offset"):
+            grouped.set(clause, None)
+        alias = next(self.setting.aliases)
+        outer = exp.select(*(exp.column(n, table=alias, quoted=True) for n in names)).from_(
+            exp.Subquery(
+                this=rewrites.as_union_of_groupings(grouped, sets),
+                alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
+            )
+        )
+        order = node.args.get("order")
+        if order is not None:
+            terms = []
+            for ordered in order.expressions:
+                key = ordered.this
+                by_alias = isinstance(key, exp.Column) and not key.table and key.name in names
+                position = (
+                    names.index(key.name)
+                    if by_alias
+                    else next((i for i, s in enumerate(node.selects) if s.unalias() == key), None)
+                )
+                if position is None:
+                    self.refuse(
+                        f"`ORDER BY {excerpt(key)}` with `LIMIT` (not an output column)",
+                        "select the column you order by",
+                    )
+                term = ordered.copy()
+                term.set("this", exp.column(names[position], quoted=True))
+                terms.append(term)
+            outer.set("order", exp.Order(expressions=terms))
+        outer.set("limit", node.args.get("limit"))
+        outer.set("offset", node.args.get("offset"))
+        return outer
 
     def window(self, node: exp.Select, names: tuple[str, ...]) -> Plan:
         """Window functions over the rest of the SELECT, planned as a subquery below them."""
@@ -497,8 +535,19 @@ class _Planner:
                     self.refuse(_subquery_form(next(output.expression.find_all(exp.Subquery))))
             plan = Project(relation, outputs, multiplying is not None)
         if node.args.get("limit") or node.args.get("offset"):
+            if self.limit_keeps_every_row(node, plan):
+                return plan
             return self.top_k(node, plan)
         return plan
+
+    def limit_keeps_every_row(self, node: exp.Select, plan: Plan) -> bool:
+        """An aggregate without GROUP BY is one row (none with a HAVING that fails): `LIMIT n`, n ≥ 1,
+        without OFFSET, cannot cut it, with or without ORDER BY; it is maintained as the aggregate."""
+        one_row = _is_aggregate(node) and not node.args.get("group")
+        hidden_order = any(n.startswith(ORDER_ALIAS) for n in plan.names)
+        if not one_row or hidden_order or node.args.get("offset"):
+            return False
+        return self.count(node.args.get("limit"), "LIMIT") >= 1
 
     def top_k(self, node: exp.Select, plan: Plan) -> TopK:
         """`ORDER BY … LIMIT n OFFSET m` over `plan`, the order mapped onto its output names."""
