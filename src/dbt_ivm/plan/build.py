@@ -444,24 +444,7 @@ class _Planner:
         )
         order = node.args.get("order")
         if order is not None:
-            terms = []
-            for ordered in order.expressions:
-                key = ordered.this
-                by_alias = isinstance(key, exp.Column) and not key.table and key.name in names
-                position = (
-                    names.index(key.name)
-                    if by_alias
-                    else next((i for i, s in enumerate(node.selects) if s.unalias() == key), None)
-                )
-                if position is None:
-                    self.refuse(
-                        f"`ORDER BY {excerpt(key)}` with `LIMIT` (not an output column)",
-                        "select the column you order by",
-                    )
-                term = ordered.copy()
-                term.set("this", exp.column(names[position], quoted=True))
-                terms.append(term)
-            outer.set("order", exp.Order(expressions=terms))
+            outer.set("order", exp.Order(expressions=self.order_by_outputs(node, order, names)))
         outer.set("limit", node.args.get("limit"))
         outer.set("offset", node.args.get("offset"))
         return outer
@@ -558,6 +541,13 @@ class _Planner:
             self.refuse(f"`{excerpt(offset)}` without `LIMIT`", "add a LIMIT, or use refresh_mode='full'")
         if order is None:
             self.refuse("`LIMIT` without `ORDER BY`", "order by columns that make the first rows unique")
+        terms = self.order_by_outputs(node, order, list(plan.names))
+        hidden = tuple(n for n in plan.names if n.startswith(ORDER_ALIAS))
+        return TopK(plan, tuple(terms), self.count(limit, "LIMIT"), self.count(offset, "OFFSET"), hidden)
+
+    def order_by_outputs(self, node: exp.Select, order: exp.Order, names: list[str]) -> list[exp.Ordered]:
+        """`node`'s ORDER BY terms, each key the output column (named by `names`, position for
+        position with `node`'s select list) it is, by alias or expression; refused otherwise."""
         aliases = [s.alias_or_name for s in node.selects]
         terms: list[exp.Ordered] = []
         for ordered in order.expressions:
@@ -574,10 +564,9 @@ class _Planner:
                     "select the column you order by",
                 )
             term = ordered.copy()
-            term.set("this", exp.column(plan.names[position], quoted=True))
+            term.set("this", exp.column(names[position], quoted=True))
             terms.append(term)
-        hidden = tuple(n for n in plan.names if n.startswith(ORDER_ALIAS))
-        return TopK(plan, tuple(terms), self.count(limit, "LIMIT"), self.count(offset, "OFFSET"), hidden)
+        return terms
 
     def count(self, clause: exp.Expr | None, construct: str) -> int:
         if clause is None:
