@@ -13,9 +13,11 @@ of a small table. The backend measures what it can and `choose` weighs it:
   units; it decides when history cannot. FULL's measured seconds per planner unit turn the
   differential's extra units into seconds (at most `MAX_SECONDS_PER_UNIT` each: a small table's FULL
   time is mostly the fixed cost both paths pay, which its few units would otherwise each carry a
-  share of), and that estimate is recorded with the refresh: a FULL refresh
-  chosen this way leaves a differential "sample" behind, so the next refreshes are decided by
-  history without building a delta, until it is `RECENT` refreshes old and the planner is asked again.
+  share of), and that estimate is recorded with the refresh. An estimate is a prior, not a
+  measurement: it decides only the FULL refresh it was made at. The next batch (under the threshold)
+  is refreshed differentially to measure it, without building a delta to price first, and from then
+  on measured seconds decide (a planner that overestimates a tiny delta tenfold would otherwise keep
+  a stream table FULL for `RECENT` refreshes).
 
 Only a clear difference switches to FULL: the differential estimate must exceed FULL's by `MARGIN`
 and by `MIN_SAVING_SECONDS`. Below that the two are within the noise of a busy machine (a tiny
@@ -96,12 +98,13 @@ def history_decides(history: Sequence[PastRefresh]) -> bool:
 def _samples(history: Sequence[PastRefresh]) -> tuple[list[_Sample], list[PastRefresh]]:
     """The most recent differential refreshes (measured, or estimated by the planner at a FULL one),
     and the most recent refreshes that computed the contents from scratch."""
-    differential = []
-    for p in history:
-        if p.action == "DIFFERENTIAL":
-            differential.append(_Sample(p.seconds, p.changes, estimated=False))
-        elif p.action == "FULL" and p.estimated_differential is not None:
-            differential.append(_Sample(p.estimated_differential, p.changes, estimated=True))
+    measured = [_Sample(p.seconds, p.changes, estimated=False) for p in history if p.action == "DIFFERENTIAL"]
+    # A planner's estimate counts only until a differential refresh is measured.
+    differential = measured or [
+        _Sample(p.estimated_differential, p.changes, estimated=True)
+        for p in history
+        if p.action == "FULL" and p.estimated_differential is not None
+    ]
     # A FULL refresh that the planner priced a differential one for first also paid for that pricing
     # (building the delta, often the bulk of a differential refresh): its seconds are not FULL's.
     full = [p for p in history if p.action in FULL_ACTIONS and p.estimated_differential is None]
@@ -160,15 +163,19 @@ def choose(changes: int, history: Sequence[PastRefresh], planner: PlannerCosts |
     differential estimated 1.0x the cost of FULL (planner: 19 vs 4, a unit at most 100 us, i.e. ~0.80
     s against FULL's recent 0.80 s)
 
-    That estimate, left by a FULL refresh, stands in for a differential one; a much smaller batch
-    is estimated in proportion.
+    That estimate decided the FULL refresh it was made at; the next batch measures it.
 
     >>> history = [PastRefresh("FULL", 2.5, 10, estimated_differential=1.84), *created]
     >>> print(choose(10, history).reason)
-    differential estimated 2.3x the cost of FULL (history: differential ~1.84 s for 10 changes
-    (planner-estimated), FULL 0.80 s; medians of 1 and 1 recent refreshes)
-    >>> choose(1, history).action
-    'DIFFERENTIAL'
+    measuring a differential refresh: the planner's ~1.84 s for 10 changes chose the last FULL
+    (history: FULL 0.80 s)
+
+    Measured, it decides; the estimate no longer counts.
+
+    >>> history = [PastRefresh("DIFFERENTIAL", 0.03, 10), *history]
+    >>> print(choose(10, history).reason)
+    differential estimated 0.04x the cost of FULL (history: differential ~0.03 s for 10 changes, FULL
+    0.80 s; medians of 1 and 1 recent refreshes)
 
     No evidence at all: the threshold rule stands.
 
@@ -178,11 +185,17 @@ def choose(changes: int, history: Sequence[PastRefresh], planner: PlannerCosts |
     differential, full = _samples(history)
     full_seconds = statistics.median(p.seconds for p in full) if full else None
     recorded = None
+    if differential and full_seconds is not None and differential[0].estimated:
+        prior = differential[0]
+        return Choice(
+            "DIFFERENTIAL",
+            f"measuring a differential refresh: the planner's ~{prior.seconds:.2f} s for {prior.changes} "
+            f"changes chose the last FULL (history: FULL {full_seconds:.2f} s)",
+        )
     if differential and full_seconds is not None:
         estimate = differential_seconds(changes, [(d.seconds, d.changes) for d in differential])
-        estimated = " (planner-estimated)" if all(d.estimated for d in differential) else ""
         numbers = (
-            f"history: differential ~{estimate:.2f} s for {changes} changes{estimated}, FULL "
+            f"history: differential ~{estimate:.2f} s for {changes} changes, FULL "
             f"{full_seconds:.2f} s; medians of {len(differential)} and {len(full)} recent refreshes"
         )
         ratio = estimate / max(full_seconds, TINY)

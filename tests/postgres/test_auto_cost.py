@@ -53,15 +53,22 @@ def test_a_small_batch_with_a_dear_delta_is_recomputed(table: Any, pg_dsn: str) 
     row = history(table, "tops")[-1]
     assert (row["action"], row["reason"], row["changes_read"]) == ("FULL", result.reason, 12)
     assert row["estimated_differential_seconds"] == result.estimated_differential_seconds > 0
-    # The planner's estimate stands in for a differential refresh: the next batch is decided by
-    # history before any of its delta is built.
+    # The planner's estimate is a prior: it chose that FULL only. The next batch is refreshed
+    # differentially to measure it, without pricing its delta first.
     execute(table, "UPDATE t SET v = v - 1 WHERE id <= 6")
     with recording_connection(pg_dsn) as conn:
-        again = refresh_and_check(conn, "tops", GROUP_TOPS, "the same batch again")
-        assert again.action == "FULL", again.summary()
-        assert again.reason is not None and "history: differential" in again.reason, again.reason
-        assert "(planner-estimated)" in again.reason
-        assert not _delta_work(conn.statements)
+        measured = refresh_and_check(conn, "tops", GROUP_TOPS, "the same batch again")
+        assert measured.action == "DIFFERENTIAL", measured.summary()
+        assert (measured.reason or "").startswith("measuring a differential refresh: the planner's ~")
+        assert not [s for s in conn.statements if s.startswith("EXPLAIN")]
+    # From then on measured seconds decide, before any delta is built when they say FULL.
+    execute(table, "UPDATE t SET v = v + 1 WHERE id <= 6")
+    with recording_connection(pg_dsn) as conn:
+        decided = refresh_and_check(conn, "tops", GROUP_TOPS, "a third batch")
+        assert decided.reason is not None and "history: differential ~" in decided.reason, decided.reason
+        assert "planner" not in decided.reason
+        if decided.action == "FULL":
+            assert not _delta_work(conn.statements)
 
 
 def test_a_small_batch_stays_differential_with_its_numbers(table: Any) -> None:
