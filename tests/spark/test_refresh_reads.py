@@ -216,3 +216,44 @@ def test_a_source_is_described_again_only_when_its_description_can_have_changed(
     spark.sql(f"DROP TABLE {s}.orders PURGE")
     again, result = described(f"CREATE TABLE {s}.orders (id int, amount int, note string) USING iceberg")
     assert again and result.action in ("FULL", "REBUILD")
+
+
+def test_a_dbt_refresh_that_finds_nothing_commits_nothing_of_its_own(spark: Any, spark_schema: str) -> None:
+    """Its history row rides along with the next row appended (one commit, in order), and whatever
+    reads the history here (status, `dbt-ivm history`, the end of the dbt run) appends it first."""
+    from dbt_ivm.spark import registrations
+    from dbt_ivm.spark.iceberg import load_table
+
+    s = spark_schema
+    sql = copy_of_orders(spark, s)
+    catalog = make_spec(s, "copy", sql).catalog_schema
+    name = f"{s}.copy"
+    refresh_and_check(spark, s, "copy", sql, "create", refresh_mode="differential")
+
+    def commits() -> int:
+        return len(list(load_table(spark, (catalog, "refresh_history")).snapshots()))
+
+    def actions() -> list[str]:
+        rows = spark.sql(f"SELECT action FROM {catalog}.refresh_history ORDER BY refresh_id").collect()
+        return [r.action for r in rows]
+
+    before = commits()
+    for _ in range(2):
+        assert (
+            refresh_and_check(spark, s, "copy", sql, "nothing new", refresh_mode="differential").action
+            == "SKIP"
+        )
+    assert commits() == before and actions() == ["CREATE"]
+    spark.sql(f"INSERT INTO {s}.orders VALUES (1, 10)")
+    refresh_and_check(spark, s, "copy", sql, "a batch", refresh_mode="differential")
+    assert commits() == before + 1 and actions() == ["CREATE", "SKIP", "SKIP", "DIFFERENTIAL"]
+    # Read back here: appended first (history, status); a refresh by PySpark appends its own at once.
+    refresh_and_check(spark, s, "copy", sql, "nothing new", refresh_mode="differential")
+    assert [h.action for h in registrations.history(spark, catalog, name, 10)][:2] == ["SKIP", "DIFFERENTIAL"]
+    refresh_and_check(
+        spark, s, "copy", sql, "nothing new", refresh_mode="differential", initiated_by="pyspark"
+    )
+    assert actions()[-1] == "SKIP" and commits() == before + 3
+    refresh_and_check(spark, s, "copy", sql, "nothing new", refresh_mode="differential")
+    registry.flush_all(spark)  # what the adapter's cleanup at the end of a dbt run does
+    assert actions() == ["CREATE", "SKIP", "SKIP", "DIFFERENTIAL", "SKIP", "SKIP", "SKIP"]

@@ -75,6 +75,22 @@ class IvmSparkAdapter(EngineCalls, CatalogOfStreamTables, SparkAdapter):
     def type(cls) -> str:
         return ADAPTER_TYPE
 
+    def cleanup_connections(self) -> None:
+        """dbt's end of a run: the history rows of refreshes that found nothing to do, kept back to
+        save each an Iceberg commit, are appended now (dbt_ivm.spark.registry)."""
+        from dbt_ivm.spark import registry
+        from dbt_ivm.spark.session import existing_session
+
+        session = existing_session()
+        if session is not None:
+            try:
+                registry.flush_all(session)
+            except Exception as error:  # the run's results stand; only no-op rows are missing
+                logger.warning(
+                    f"dbt-ivm: the history rows of refreshes that found nothing to do were not written: {error}"
+                )
+        super().cleanup_connections()
+
     @classmethod
     def get_adapter_run_info(cls, config: RelationConfig) -> AdapterTrackingRelationInfo:
         # The base class derives `dbt.adapters.ivmspark` from the class name; that module does not exist.

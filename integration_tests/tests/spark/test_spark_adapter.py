@@ -320,6 +320,12 @@ class TestRunsReadLikeDbtModels(OverPeopleSource):
         assert [tuple(r) for r in history] == [("CREATE", invocation)]
         nothing = run_dbt(["run", "--select", "named"]).results[0]
         assert nothing.adapter_response["code"] == "NO-OP" and nothing.message.startswith("NO-OP")
+        # Its history row waited for the end of the run (no Iceberg commit of its own), then was appended.
+        actions = project.run_sql(
+            f"select action from dbt_ivm.refresh_history where stream_table = '{s}.named' order by refresh_id",
+            fetch="all",
+        )
+        assert [r[0] for r in actions] == ["CREATE", "SKIP"], actions
 
         project.run_sql(f"insert into {s}.people_source values (3, 'carol')")
         project.run_sql(f"delete from {s}.people_source where id = 1")

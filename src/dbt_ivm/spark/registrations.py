@@ -67,6 +67,7 @@ def _last_refreshes(spark: Any, catalog: str) -> dict[str, tuple[str, str, Any, 
     """Per stream table: the newest refresh's action and status, and when the newest successful one
     started reading its sources (the data it reflects) and how many seconds ago that was."""
     relation = registry.table(catalog, "refresh_history")
+    registry.flush_deferred(spark, catalog)  # a refresh that found nothing new says how fresh it is
     spark.sql(f"REFRESH TABLE {relation}")
     rows = spark.sql(
         "SELECT stream_table, max_by(action, refresh_id), max_by(status, refresh_id), "
@@ -176,6 +177,7 @@ def history(spark: Any, catalog: str, stream_table: str | None, limit: int) -> l
     if not catalog_exists(spark, catalog):
         return []
     relation = registry.table(catalog, "refresh_history")
+    registry.flush_deferred(spark, catalog)
     spark.sql(f"REFRESH TABLE {relation}")
     frame = spark.table(relation)
     if stream_table:

@@ -224,8 +224,10 @@ def unregister(spark: Any, catalog: str, stream_table: str) -> None:
     _retry(lambda: spark.sql(f"DELETE FROM {relation} WHERE stream_table = '{_escape(stream_table)}'"))
 
 
-def record(spark: Any, catalog: str, stream_table: str, values: dict[str, Any]) -> int:
-    """Append one history row; returns its refresh id (microseconds since the epoch: unique enough, ordered)."""
+def record(spark: Any, catalog: str, stream_table: str, values: dict[str, Any], defer: bool = False) -> int:
+    """Append one history row; returns its refresh id (microseconds since the epoch: unique enough,
+    ordered). `defer`: keep it to append with the next row this process appends to the catalog's
+    history, or at the end of the dbt run (`_DEFERRED`)."""
     refresh_id = time.time_ns() // 1000
     now = datetime.now()
     row: dict[str, Any] = {
@@ -250,20 +252,83 @@ def record(spark: Any, catalog: str, stream_table: str, values: dict[str, Any]) 
         row[count] = int(row[count])
     if row["duration_seconds"] is not None:
         row["duration_seconds"] = float(row["duration_seconds"])
-    frame = _one_row(spark, row, HISTORY_COLUMNS)
-    history = (catalog, "refresh_history")
+    if defer and _defer(spark, catalog, row):
+        return refresh_id
 
     def kept(recent: dict[str, list[PastRefresh]]) -> None:
         if row["status"] == "OK" and row["duration_seconds"] is not None and row["action"] in WEIGHED_ACTIONS:
             past = PastRefresh(row["action"], row["duration_seconds"], row["changes_read"])
             recent[stream_table] = [past, *recent.get(stream_table, [])][:RECENT]
 
+    _append(spark, catalog, [row], kept)
+    return refresh_id
+
+
+# History rows of refreshes that found nothing to do (SKIP) in a dbt run, by (Spark application,
+# catalog): one Iceberg commit of their own would cost more than the rest of such a refresh, so they
+# ride along with the next row this process appends to the catalog's history, and the rest are
+# appended when the dbt run ends (`flush_all`, from the adapter's cleanup) or the history is read here.
+_DEFERRED: dict[tuple[str, str], list[dict[str, Any]]] = {}
+_DEFERRED_LOCK = threading.Lock()
+MOST_DEFERRED = 100  # then the next one appends them all: one commit, a plan of bounded size
+
+
+def _defer(spark: Any, catalog: str, row: dict[str, Any]) -> bool:
+    """Keep `row` for a later append; False when enough are waiting that it should append them now."""
+    with _DEFERRED_LOCK:
+        waiting = _DEFERRED.setdefault((str(spark.sparkContext.applicationId), catalog), [])
+        if len(waiting) >= MOST_DEFERRED:
+            return False
+        waiting.append(row)
+    return True
+
+
+def _taken(spark: Any, catalog: str) -> list[dict[str, Any]]:
+    with _DEFERRED_LOCK:
+        return _DEFERRED.pop((str(spark.sparkContext.applicationId), catalog), [])
+
+
+def _append(
+    spark: Any,
+    catalog: str,
+    rows: list[dict[str, Any]],
+    kept: Callable[[dict[str, list[PastRefresh]]], None] | None = None,
+) -> None:
+    """Append `rows` and the catalog's deferred rows in one commit (deferred rows go back if it fails)."""
+    deferred = _taken(spark, catalog)
+    every = [*deferred, *rows]
+    frame = _one_row(spark, every[0], HISTORY_COLUMNS)
+    for other in every[1:]:
+        frame = frame.unionByName(_one_row(spark, other, HISTORY_COLUMNS))
+
     def append() -> None:
         frame.writeTo(table(catalog, "refresh_history")).append()
-        _RECENT.after_commit(spark, history, kept)
+        if kept is not None:
+            _RECENT.after_commit(spark, (catalog, "refresh_history"), kept)
 
-    _retry(append)
-    return refresh_id
+    try:
+        _retry(append)
+    except Exception:
+        with _DEFERRED_LOCK:
+            _DEFERRED.setdefault((str(spark.sparkContext.applicationId), catalog), [])[:0] = deferred
+        raise
+
+
+def flush_deferred(spark: Any, catalog: str) -> None:
+    """Append the catalog's deferred history rows now (before reading the history back)."""
+    with _DEFERRED_LOCK:
+        waiting = bool(_DEFERRED.get((str(spark.sparkContext.applicationId), catalog)))
+    if waiting:
+        _append(spark, catalog, [])
+
+
+def flush_all(spark: Any) -> None:
+    """Append every catalog's deferred history rows (the end of a dbt run)."""
+    application = str(spark.sparkContext.applicationId)
+    with _DEFERRED_LOCK:
+        catalogs = [catalog for (owner, catalog) in _DEFERRED if owner == application]
+    for catalog in catalogs:
+        flush_deferred(spark, catalog)
 
 
 def recent_refreshes(spark: Any, catalog: str, stream_table: str) -> list[PastRefresh]:

@@ -340,7 +340,14 @@ class SparkBackend:
         return _refresh(self, self._registration, self._stamp, started)
 
     def record(self, fields: dict[str, object]) -> int | None:
-        return registry.record(self.spark, self.spec.catalog_schema, _key(self.spec), fields)
+        # A refresh of a dbt run that found nothing to do: its row rides along with a later append,
+        # at the latest when the run ends (registry._DEFERRED).
+        skipped = (
+            fields.get("action") == "SKIP"
+            and fields.get("status") == "OK"
+            and self.spec.initiated_by == "dbt"
+        )
+        return registry.record(self.spark, self.spec.catalog_schema, _key(self.spec), fields, defer=skipped)
 
     def record_failure(self, fields: dict[str, object]) -> None:
         with contextlib.suppress(Exception):
