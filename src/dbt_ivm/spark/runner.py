@@ -252,7 +252,8 @@ def run_stream_table(spark: Any, spec: StreamTableSpec) -> RefreshResult:
             result = lifecycle.run(backend)
         # backend.spec: the registered config when on_configuration_change='continue' kept it.
         _keep_run_settings(spark, backend.spec, backend._registration, result)
-        result.warnings.extend(_upkeep(spark, spec))
+        if result.action != "SKIP":  # it committed nothing that upkeep would tidy
+            result.warnings.extend(_upkeep(spark, spec))
         return result
     except IvmError:
         raise
