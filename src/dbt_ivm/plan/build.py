@@ -29,6 +29,7 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import MappingSchema
 
 from dbt_ivm.catalog import Catalog, FunctionCall, TableInfo, qualified_name
+from dbt_ivm.delta.aggregates import MAINTAINED_CALLS
 from dbt_ivm.errors import InvalidQuery, UnsupportedQuery
 from dbt_ivm.plan import generators, passes, rewrites
 from dbt_ivm.plan.correlation import correlated, equalities
@@ -39,7 +40,6 @@ from dbt_ivm.plan.join_parentheses import flatten_join_parentheses
 from dbt_ivm.plan.messages import excerpt, shown, written_in
 from dbt_ivm.plan.nodes import (
     AggCall,
-    AggFunc,
     Aggregate,
     Derived,
     Filter,
@@ -68,11 +68,6 @@ from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywor
 from dbt_ivm.reserved import internal_columns
 from dbt_ivm.target import Target
 
-SUPPORTED_AGGREGATES: dict[type[exp.Expr], AggFunc] = {
-    exp.Count: "count",
-    exp.Sum: "sum",
-    exp.Avg: "avg",
-}
 MAX_VIEW_DEPTH = 16
 ROWS_ALIAS = "__ivm_rows"  # the alias `VALUES` is read under (`_Planner.rows`)
 # How to read a source the catalog says is not a plain table (`Catalog.lookup`'s kind), where the
@@ -941,7 +936,7 @@ def _agg_call(node: exp.Expr, calls: list[AggCall], model: str) -> AggCall:
     function, condition = node, None
     if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
         function, condition = node.this, node.expression.this
-    func = SUPPORTED_AGGREGATES.get(type(function))
+    func = MAINTAINED_CALLS.get(type(function))
     argument: exp.Expr | None = function.this
     if func is not None and not isinstance(argument, exp.Distinct) and not isinstance(node, exp.WithinGroup):
         if func == "count" and (argument is None or isinstance(argument, exp.Star)):

@@ -20,9 +20,10 @@ from sqlglot import exp
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.target import Target
 
-# "recomputed": any other aggregate (MIN, MAX, COUNT(DISTINCT …), STRING_AGG …, FILTER): no running
-# state; the groups a batch touches are recomputed from their rows.
-AggFunc = Literal["count_star", "count", "sum", "avg", "recomputed"]
+# The name of an aggregator the delta rules keep a running state for (`delta.aggregates.REGISTRY`:
+# count_star, count, sum, avg, …), or "recomputed": any other aggregate (MIN, MAX, COUNT(DISTINCT …),
+# STRING_AGG …): no running state; the groups a batch touches are recomputed from their rows.
+AggFunc = str
 JoinKind = Literal["inner", "left", "right", "full", "semi", "anti"]
 SetKind = Literal["union", "intersect", "except"]
 

@@ -64,6 +64,7 @@ def _cast(value: exp.Expr, to: exp.DataType) -> exp.Cast:
 
 AVG = Aggregator(
     name="avg",
+    call=exp.Avg,
     states=("sum", "nn"),
     weighted=weighted_sum,
     merge=merge_sum,

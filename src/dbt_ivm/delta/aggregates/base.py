@@ -38,3 +38,5 @@ class Aggregator:
     finalize: Callable[[list[exp.Expr], exp.Expr, exp.DataType | None], exp.Expr]  # states, count, type
     from_scratch: Callable[[exp.Expr | None], list[exp.Expr]]
     inexact_types: frozenset[str] = frozenset()
+    # The call the planner maintains with it (None: chosen otherwise, COUNT(*) as the group's count).
+    call: type[exp.Expr] | None = None

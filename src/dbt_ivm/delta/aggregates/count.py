@@ -18,6 +18,7 @@ def _weighted(argument: exp.Expr | None, weight: exp.Expr) -> list[exp.Expr]:
 
 COUNT = Aggregator(
     name="count",
+    call=exp.Count,
     states=("count",),
     weighted=_weighted,
     merge=lambda old, delta: [plus(old[0], delta[0])],

@@ -58,6 +58,7 @@ def sum_from_scratch(argument: exp.Expr | None) -> list[exp.Expr]:
 
 SUM = Aggregator(
     name="sum",
+    call=exp.Sum,
     states=("sum", "nn"),
     weighted=weighted_sum,
     merge=merge_sum,
