@@ -71,7 +71,7 @@ from dbt_ivm.delta.aggregates.avg import AVG
 from dbt_ivm.delta.aggregates.count import COUNT as COUNT_NON_NULL
 from dbt_ivm.delta.aggregates.count_star import COUNT_STAR
 from dbt_ivm.delta.aggregates.sum import SUM
-from dbt_ivm.plan.build import agg_placeholder, group_placeholder
+from dbt_ivm.plan.aggregation import agg_placeholder, group_placeholder
 from dbt_ivm.plan.determined import identifying_items
 from dbt_ivm.plan.nodes import (
     AggCall,

@@ -395,6 +395,8 @@ def test_join_trees_nested_on_the_right_are_maintained_as_written(pg_conn: Any, 
             "`CUBE over 9 columns`",
         ),
         ("SELECT DISTINCT ON (customer) customer, amount FROM orders", "`DISTINCT ON` without `ORDER BY`"),
+        # DISTINCT is no aggregate of one row: its LIMIT picks arbitrary rows
+        ("SELECT DISTINCT customer FROM orders LIMIT 3", "`LIMIT` without `ORDER BY`"),
         # EXISTS beside OR is decorrelated into a join (tests/shapes.py) when it is correlated by
         # equalities; not otherwise.
         (

@@ -27,7 +27,7 @@ from dbt_ivm.delta import grouping
 from dbt_ivm.delta.terms import aliased
 from dbt_ivm.keys import match
 from dbt_ivm.layout import Layout
-from dbt_ivm.plan.build import agg_placeholder, group_placeholder
+from dbt_ivm.plan.aggregation import agg_placeholder, group_placeholder
 from dbt_ivm.plan.nodes import Aggregate
 from dbt_ivm.sqltext import WEIGHT
 from dbt_ivm.target import Target

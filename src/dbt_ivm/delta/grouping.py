@@ -25,7 +25,7 @@ from dbt_ivm.delta import relation
 from dbt_ivm.delta.aggregates import REGISTRY
 from dbt_ivm.delta.terms import Context, Term, aliased, conjunction, term_select, union_all
 from dbt_ivm.keys import key_hash
-from dbt_ivm.plan.build import agg_placeholder, group_placeholder
+from dbt_ivm.plan.aggregation import agg_placeholder, group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate, Relation, never_null
 from dbt_ivm.sqltext import WEIGHT
 from dbt_ivm.target import Target

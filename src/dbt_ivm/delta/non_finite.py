@@ -23,7 +23,7 @@ from dbt_ivm.delta import grouping
 from dbt_ivm.delta.aggregates.avg import AVG
 from dbt_ivm.delta.aggregates.sum import SUM
 from dbt_ivm.delta.terms import Context, aliased
-from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.plan.aggregation import group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate
 
 CHANGE = "__ivm_resum_change"  # the change row a sum read again belongs to (renamed where used)

@@ -41,7 +41,7 @@ from dbt_ivm.delta.aggregates.sum import SUM
 from dbt_ivm.delta.terms import Context, aliased
 from dbt_ivm.keys import match
 from dbt_ivm.layout import COUNT, PROVING, Layout
-from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.plan.aggregation import group_placeholder
 from dbt_ivm.plan.nodes import AggCall, Aggregate, Filter, Join, Relation, Scan, scans_in
 from dbt_ivm.target import Target
 

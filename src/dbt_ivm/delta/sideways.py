@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.plan.aggregation import group_placeholder
 from dbt_ivm.plan.nodes import Aggregate, Derived
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from dbt_ivm.delta.aggregates.sum import bounded_sum_type
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
 from dbt_ivm.keys import match
 from dbt_ivm.layout import COUNT, Layout, stored_keys
-from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.plan.aggregation import group_placeholder
 from dbt_ivm.plan.nodes import Aggregate, Plan, Project, Relation, TopK, children
 from dbt_ivm.sqltext import WEIGHT
 from dbt_ivm.target import Target

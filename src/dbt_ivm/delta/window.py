@@ -34,7 +34,7 @@ from sqlglot import exp
 from dbt_ivm.delta import grouping, plans, relation
 from dbt_ivm.delta.terms import Context, aliased, term_select, union_all
 from dbt_ivm.layout import Layout, key_never_null, layout_of, plan_key
-from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.plan.aggregation import group_placeholder
 from dbt_ivm.plan.nodes import Aggregate, Derived, Plan, Project, Window
 from dbt_ivm.sqltext import WEIGHT
 from dbt_ivm.target import Target

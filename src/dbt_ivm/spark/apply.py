@@ -23,7 +23,7 @@ from dbt_ivm.delta.stream import GroupChange
 from dbt_ivm.delta.terms import aliased
 from dbt_ivm.keys import same_values
 from dbt_ivm.layout import Layout
-from dbt_ivm.plan.build import group_placeholder
+from dbt_ivm.plan.aggregation import group_placeholder
 from dbt_ivm.spark import observed, upkeep
 from dbt_ivm.spark.commit import Stamp, commit_with
 from dbt_ivm.spark.iceberg import load_table, quoted_name, sql_string, total_records
