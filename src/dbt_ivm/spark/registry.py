@@ -297,6 +297,8 @@ def _append(
     """Append `rows` and the catalog's deferred rows in one commit (deferred rows go back if it fails)."""
     deferred = _taken(spark, catalog)
     every = [*deferred, *rows]
+    if not every:  # another thread appended them since the caller looked
+        return
     frame = _one_row(spark, every[0], HISTORY_COLUMNS)
     for other in every[1:]:
         frame = frame.unionByName(_one_row(spark, other, HISTORY_COLUMNS))
