@@ -89,7 +89,7 @@ class SparkCatalog:
         schema = schema or str(self.spark.catalog.currentDatabase())
         relation = bt(schema, name)
         key = (str(self.spark.sparkContext.applicationId), relation)
-        # Read before describing: a commit in between leaves an older file kept, read again next time.
+        # Read before describing: a change in between leaves the older key kept, described again next time.
         described_from = _described_from(self.spark, (schema, name))
         with _DESCRIBED_LOCK:
             kept = _DESCRIBED.get(key)
