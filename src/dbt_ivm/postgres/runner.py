@@ -619,22 +619,28 @@ def _choose_full_reason(
     frontier = capture.snapshot(current.frontier)
     total = 0
     changed: list[TableInfo] = []
-    rows_read = 0.0  # what a recompute reads: every source's rows
     for source in compiled.sources:
         stats = db.one(capture.pending_stats_sql(spec.catalog_schema, source, frontier))
         assert stats is not None
         count, truncated = int(stats[0]), bool(stats[1])
         if truncated:
             return f"{source.qualified} was truncated", count, []
-        rows_read += float(
-            db.value("SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = %s::oid", (source.identity,))
-            or 0
-        )
         if count == 0:
             continue
         total += count
         changed.append(source)
+    if spec.refresh_mode != "auto" or not changed:
+        return None, total, changed
+    rows_read = _rows_read(db, compiled.sources)
     return _threshold_reason(db, spec, compiled, frontier, changed, total, rows_read), total, changed
+
+
+def _rows_read(db: Db, sources: list[TableInfo]) -> float:
+    """What a recompute reads: the planner's row estimates of every source, summed (one query)."""
+    oids = [s.identity for s in sources if s.identity]
+    return float(
+        db.value("SELECT sum(GREATEST(reltuples, 0)) FROM pg_class WHERE oid = ANY(%s::oid[])", (oids,)) or 0
+    )
 
 
 def _threshold_reason(
@@ -855,13 +861,7 @@ def explain(connection: object, spec: StreamTableSpec, changes: int | None = Non
         explanation = explained(compiled.plan, compiled.layout, compiled.unsupported, whole, POSTGRES.dialect)
         if changes is None:
             return explanation
-        rows_read = sum(
-            float(
-                db.value("SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = %s::oid", (s.identity,))
-                or 0
-            )
-            for s in compiled.sources
-        )
+        rows_read = _rows_read(db, compiled.sources)
         recorded = db.value(
             "SELECT to_regclass(%s) IS NOT NULL", (qn(spec.catalog_schema, "refresh_history"),)
         )
