@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -126,8 +127,11 @@ def test_global_aggregate_over_an_empty_table(pg_conn: Any) -> None:
 def test_two_refreshes_in_one_transaction_keep_their_temp_tables_apart(shop: Any) -> None:
     """Temp tables live until commit: a second refresh in the same transaction (IMMEDIATE mode will
     run inside the writer's) must not collide with the first one's."""
+    from dbt_ivm import refresh
+    from dbt_ivm.postgres import registry
     from dbt_ivm.postgres.db import Db
-    from dbt_ivm.postgres.runner import PostgresBackend, compile_query
+    from dbt_ivm.postgres.refresh_steps import PostgresRefresh
+    from dbt_ivm.postgres.runner import PostgresBackend, _program, compile_query
     from tests.postgres.streams import make_spec
 
     keyless = "SELECT customer, amount FROM orders"  # multiset layout: rows and ops temp tables
@@ -137,7 +141,12 @@ def test_two_refreshes_in_one_transaction_keep_their_temp_tables_apart(shop: Any
     with db.transaction("REPEATABLE READ"):
         for name, sql in (("totals", TOTALS), ("amounts", keyless), ("totals", TOTALS)):
             backend = PostgresBackend(db, make_spec(name, sql))
-            refreshed = backend._refresh_in_snapshot(sql, compile_query(db, backend.spec, sql), [])
+            registered = registry.lookup(db, backend.spec.catalog_schema, f"public.{name}")
+            assert registered is not None
+            compiled = compile_query(db, backend.spec, sql)
+            program = functools.partial(_program, db, backend.spec, compiled, sql)
+            steps = PostgresRefresh(backend, db, compiled, sql, registered, None, program)
+            refreshed = refresh.refresh(steps)
             assert refreshed.action in ("DIFFERENTIAL", "SKIP")
     assert_matches_query(shop, "public", "totals", TOTALS)
     assert_matches_query(shop, "public", "amounts", keyless)

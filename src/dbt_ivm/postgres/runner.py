@@ -17,27 +17,22 @@ import dataclasses
 import functools
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import replace
 
 from sqlglot import exp
 
-from dbt_ivm import cost, lifecycle, run_settings
+from dbt_ivm import lifecycle, refresh, run_settings
 from dbt_ivm.apply.statements import full_delta
-from dbt_ivm.catalog import TableInfo, qualified_name
+from dbt_ivm.catalog import TableInfo
 from dbt_ivm.code_digest import engine_digest
-from dbt_ivm.delta import stream
-from dbt_ivm.delta.compact import needs_netting, text_changes
-from dbt_ivm.delta.terms import memoized_pin
+from dbt_ivm.delta.compact import needs_netting
 from dbt_ivm.errors import IvmError, MissingPrivilege, TriggerNameTaken, UnsupportedQuery
 from dbt_ivm.explain import Explanation, explained, forecast
-from dbt_ivm.layout import Layout
 from dbt_ivm.plan.nodes import whole_input_reason
 from dbt_ivm.plan.reads import columns_read, narrowed
 from dbt_ivm.postgres import apply as pg_apply
 from dbt_ivm.postgres import (
-    auto_cost,
     capture,
     immediate,
     immediate_keys,
@@ -49,25 +44,24 @@ from dbt_ivm.postgres import (
     registry,
     user_triggers,
 )
-from dbt_ivm.postgres.compiled import Compiled, compile_query, context, current_bindings, shape_change
+from dbt_ivm.postgres.compiled import Compiled, compile_query, context
 from dbt_ivm.postgres.db import Db
+from dbt_ivm.postgres.names import key as _key
+from dbt_ivm.postgres.names import relation as _relation
+from dbt_ivm.postgres.names import table as _table
 from dbt_ivm.postgres.privileges import restrict_to_user_columns
+from dbt_ivm.postgres.refresh_steps import (
+    PostgresRefresh,
+    Rebuild,
+    contents_of,
+    inspect_capture,
+    rebuild_reason,
+    rows_read,
+)
 from dbt_ivm.reserved import internal_column
 from dbt_ivm.spec import RefreshResult, StreamTableSpec
-from dbt_ivm.sqltext import WEIGHT, q, qn
+from dbt_ivm.sqltext import q, qn
 from dbt_ivm.target import POSTGRES
-
-
-def _relation(spec: StreamTableSpec) -> str:
-    return qn(spec.schema, spec.name)
-
-
-def _table(spec: StreamTableSpec) -> exp.Table:
-    return exp.table_(spec.name, spec.schema, quoted=True)
-
-
-def _key(spec: StreamTableSpec) -> str:
-    return qualified_name(spec.schema, spec.name)
 
 
 def run_stream_table(connection: object, spec: StreamTableSpec) -> RefreshResult:
@@ -211,7 +205,7 @@ class PostgresBackend:
             dropped_triggers = user_triggers.find_existing(db, relation)
             immediate.remove(db, spec.catalog_schema, _key(spec))  # it was refresh_mode='immediate'
             db.execute(f"DROP TABLE IF EXISTS {relation}")
-            layout, contents = _contents(compiled, sql)
+            layout, contents = contents_of(compiled, sql)
             rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
             # Before the table is visible: default privileges must not expose its hidden columns.
             restrict_to_user_columns(db, relation, layout.user)
@@ -226,7 +220,7 @@ class PostgresBackend:
             result.reason = reason
             if compiled.unsupported is not None:
                 result.warnings.append(f"{compiled.unsupported}; every refresh will be FULL")
-            gaps = (i.replica_gap for i in _inspect_capture(db, spec, compiled) if i.replica_gap is not None)
+            gaps = (i.replica_gap for i in inspect_capture(db, spec, compiled) if i.replica_gap is not None)
             result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps)
             result.warnings.extend(user_triggers.dropped_warning(relation, dropped_triggers))
             lifecycle.record(self, result, 0, self.started)
@@ -254,7 +248,7 @@ class PostgresBackend:
                 compiled.sources,
                 *_immediate_function_and_digest(db, spec, compiled),
             )
-            layout, contents = _contents(compiled, sql)
+            layout, contents = contents_of(compiled, sql)
             rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
             restrict_to_user_columns(db, relation, layout.user)
             outside_writes.guard(db, spec.catalog_schema, _key(spec), relation, spec.model)
@@ -275,7 +269,7 @@ class PostgresBackend:
         with db.transaction():
             compiled = compile_query(db, spec, sql)
             _refuse_for_immediate_config(spec)
-            reason = _mode_change(registered, spec) or _rebuild_reason(compiled, registered)
+            reason = _mode_change(registered, spec) or rebuild_reason(compiled, registered)
             if reason is None and registered.needs_full:
                 reason = registered.needs_full
             subscribed = next((t.qualified for t in compiled.sources if immediate.subscribed(db, t)), None)
@@ -306,73 +300,27 @@ class PostgresBackend:
         # Usually capture is in place: plan and refresh in one snapshot. Otherwise install it (its own
         # committed transaction, which flags this table for a FULL refresh) and start again.
         for _ in range(2):
-            with db.transaction("REPEATABLE READ"):
-                compiled = compile_query(db, spec, sql)
-                rebuild = _rebuild_reason(compiled, registered)
-                inspections = [] if rebuild else _inspect_capture(db, spec, compiled)
-                if rebuild or any(i.reinstall_reason for i in inspections):
-                    result = None
-                else:
-                    gaps = [i.replica_gap for i in inspections if i.replica_gap is not None]
-                    result = self._refresh_in_snapshot(sql, compiled, gaps)
-            if rebuild:
-                return self._build(sql, "REBUILD", rebuild)
+            try:
+                with db.transaction("REPEATABLE READ"):
+                    compiled = compile_query(db, spec, sql)
+                    steps = PostgresRefresh(
+                        self,
+                        db,
+                        compiled,
+                        sql,
+                        registered,
+                        self._functions_version,
+                        functools.partial(_program, db, spec, compiled, sql),
+                    )
+                    result = None if steps.capture_lost() else refresh.refresh(steps)
+            except Rebuild as rebuild:
+                return self._build(sql, "REBUILD", rebuild.reason)
             if result is not None:
                 break
             self._install_capture(sql)
         else:
             raise IvmError(f"model {spec.model}: change capture on its sources could not be installed")
         _cleanup(db, spec, compiled)
-        return result
-
-    def _guard(self) -> str | None:
-        """Mark this transaction's writes as dbt-ivm's and make sure the stream table's guard is on
-        (postgres.outside_writes); why the refresh must be FULL when it was written by hand, or
-        could have been unseen."""
-        db, spec = self.db, self.spec
-        guarded, written = outside_writes.mark(db, spec.catalog_schema, _key(spec), _relation(spec))
-        if guarded:
-            return written
-        outside_writes.guard(db, spec.catalog_schema, _key(spec), _relation(spec), spec.model)
-        lost = (self._functions_version or 0) >= outside_writes.GUARDED_SINCE
-        return outside_writes.UNGUARDED if lost else written  # else built before guards existed
-
-    def _refresh_in_snapshot(
-        self, sql: str, compiled: Compiled, gaps: list[capture.ReplicaGap]
-    ) -> RefreshResult:
-        db, spec = self.db, self.spec
-        current = registry.lookup(db, spec.catalog_schema, _key(spec))
-        assert current is not None
-        written = self._guard()
-        # A table-level SELECT granted since the last run (by hand, or by dbt's grants) reads hidden
-        # columns.
-        restrict_to_user_columns(db, _relation(spec), [name for name, _ in compiled.output_types])
-        if procedure.stale_reason(db, spec.catalog_schema, _key(spec)) is not None:
-            # Built by an earlier dbt-ivm, or planned against what has changed since: CALL refresh
-            # refuses until its statements are rendered again, here.
-            procedure.install(
-                db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.pinned_settings(db)
-            )
-        reason, changes, changed = _choose_full_reason(db, spec, compiled, current)
-        reason = reason or written
-        subscribed = next((g for g in gaps if g.subscribed), None)
-        if reason is None and subscribed is not None:
-            reason = subscribed.full_reason()  # its changes may not be in the buffer: recompute
-        if reason is None and not changed:
-            registry.advance(db, spec.catalog_schema, _key(spec))
-            result = RefreshResult(action="SKIP", reason="no changes")
-            result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps)
-            lifecycle.record(self, result, 0, self.started)
-            return result
-        if reason is None:
-            assert compiled.plan is not None and compiled.layout is not None
-            result = _differential(db, spec, compiled, sql, current, changed, changes)
-        else:
-            result = _full(db, spec, compiled, sql, reason)
-        result.warnings.extend(f"model {spec.model}: {g.warning()}" for g in gaps if not g.subscribed)
-        registry.advance(db, spec.catalog_schema, _key(spec))
-        lifecycle.record(self, result, changes, self.started)
-        user_triggers.notify(db, spec, result)
         return result
 
 
@@ -511,7 +459,7 @@ def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> pro
         functions=compiled.functions,
     )
     if compiled.plan is None or compiled.layout is None:
-        layout, contents = _contents(compiled, sql)
+        layout, contents = contents_of(compiled, sql)
         assert isinstance(contents, pg_apply.TextRelation)  # the query as written
         full = immediate_sql.apply_statement(layout, full_delta(table, layout, contents.table), table, target)
         return program(
@@ -588,237 +536,6 @@ def _registration(spec: StreamTableSpec, sql: str, compiled: Compiled) -> dict[s
     }
 
 
-def _rebuild_reason(compiled: Compiled, registered: registry.Registered) -> str | None:
-    """Why the stored table no longer fits the query, though its text is the same (None: it fits)."""
-    if compiled.views_digest != registered.views_digest:
-        return "a view or function the defining query reads was redefined"
-    change = shape_change(registered.shape, compiled.shape)
-    if change is not None and compiled.unsupported is not None:
-        return f"{change}: {compiled.unsupported}"
-    return change
-
-
-def _inspect_capture(db: Db, spec: StreamTableSpec, compiled: Compiled) -> list[capture.Inspection]:
-    if spec.refresh_mode == "full" or compiled.plan is None:
-        return []
-    return [capture.inspect(db, spec.catalog_schema, s) for s in compiled.sources]
-
-
-def _choose_full_reason(
-    db: Db, spec: StreamTableSpec, compiled: Compiled, current: registry.Registered
-) -> tuple[str | None, int, list[TableInfo]]:
-    """Why this refresh must be FULL (None: differential), the number of changes, the changed sources."""
-    if current.needs_full and spec.refresh_mode != "full" and compiled.plan is not None:
-        return current.needs_full, 0, []
-    whole_input = whole_input_reason(compiled.plan, POSTGRES) if compiled.plan is not None else None
-    reason = lifecycle.full_reason(spec, compiled.unsupported, current.frontier is not None, whole_input)
-    if reason is not None or current.frontier is None:
-        return reason, 0, []
-    if db.value(f"SELECT {capture.frontier_ahead_sql(capture.snapshot(current.frontier))}"):
-        return capture.FRONTIER_AHEAD, 0, []
-    frontier = capture.snapshot(current.frontier)
-    total = 0
-    changed: list[TableInfo] = []
-    for source in compiled.sources:
-        stats = db.one(capture.pending_stats_sql(spec.catalog_schema, source, frontier))
-        assert stats is not None
-        count, truncated = int(stats[0]), bool(stats[1])
-        if truncated:
-            return f"{source.qualified} was truncated", count, []
-        if count == 0:
-            continue
-        total += count
-        changed.append(source)
-    if spec.refresh_mode != "auto" or not changed:
-        return None, total, changed
-    rows_read = _rows_read(db, compiled.sources)
-    return _threshold_reason(db, spec, compiled, frontier, changed, total, rows_read), total, changed
-
-
-def _rows_read(db: Db, sources: list[TableInfo]) -> float:
-    """What a recompute reads: the planner's row estimates of every source, summed (one query)."""
-    oids = [s.identity for s in sources if s.identity]
-    return float(
-        db.value("SELECT sum(GREATEST(reltuples, 0)) FROM pg_class WHERE oid = ANY(%s::oid[])", (oids,)) or 0
-    )
-
-
-def _threshold_reason(
-    db: Db,
-    spec: StreamTableSpec,
-    compiled: Compiled,
-    frontier: str,
-    changed: list[TableInfo],
-    changes: int,
-    rows_read: float,
-) -> str | None:
-    """`full_refresh_threshold`'s reason to recompute this batch (None: under it). Captured changes
-    overcount what the query sees (an update is two; a change to columns it never reads counts), so
-    past the threshold the rows changed in the columns it reads are counted and weighed instead."""
-    names = ", ".join(s.qualified for s in changed)
-    too_many = lifecycle.threshold_reason(spec, names, changes, rows_read)
-    if too_many is None or compiled.plan is None:
-        return too_many
-    read = columns_read(compiled.plan)
-    rows = sum(
-        int(db.value(capture.changed_rows_sql(spec.catalog_schema, s, frontier, read[s.qualified])) or 0)
-        for s in changed
-    )
-    return lifecycle.threshold_reason(spec, names, rows, rows_read)
-
-
-def _differential(
-    db: Db,
-    spec: StreamTableSpec,
-    compiled: Compiled,
-    sql: str,
-    current: registry.Registered,
-    changed: list[TableInfo],
-    changes: int,
-) -> RefreshResult:
-    """Apply the batch's row delta, unless AUTO judges the batch cheaper recomputed (dbt_ivm.cost):
-    then FULL, saying why. Measured history decides before any delta work; failing that, the planner
-    prices the delta as it is built (postgres.auto_cost)."""
-    assert compiled.layout is not None
-    jit = pg_apply.without_jit(db)
-    choice: cost.Choice | None = None
-    weighing: auto_cost.PlannerWeighing | None = None
-    if spec.refresh_mode == "auto":
-        history = registry.recent_refreshes(db, spec.catalog_schema, _key(spec))
-        if cost.history_decides(history):
-            choice = cost.choose(changes, history)
-        else:
-            full = _full_delta(compiled, sql, _table(spec))
-            weighing = auto_cost.PlannerWeighing(db, changes, history, compiled.layout, compiled.target, full)
-    delta: exp.Query | pg_apply.StagedRows | None = None
-    if choice is None or choice.action == "DIFFERENTIAL":
-        try:
-            delta = _row_delta(db, spec, compiled, current, changed, weighing)
-        except auto_cost.Abandoned as abandoned:
-            choice = abandoned.choice
-        else:
-            if weighing is not None and delta is not None:
-                delta = pg_apply.StagedRows.of(delta, compiled.layout, compiled.target)
-                choice = weighing.choice(delta)
-    if choice is not None and choice.action == "FULL":
-        assert choice.reason is not None
-        pg_apply.restore_jit(db, jit)
-        result = _full(db, spec, compiled, sql, choice.reason)
-        result.estimated_differential_seconds = choice.estimated_differential
-        return result
-    result = RefreshResult(action="DIFFERENTIAL")
-    if choice is not None:
-        result.reason, result.estimated_differential_seconds = choice.reason, choice.estimated_differential
-    pg_apply.expect_few_rows(db)
-    if delta is not None:
-        triggers = user_triggers.choose(db, spec, _relation(spec))
-        pg_apply.apply_row_delta(db, _table(spec), compiled.layout, delta, result, compiled.target, triggers)
-    return result
-
-
-def _full_delta(compiled: Compiled, sql: str, table: exp.Table) -> exp.Query:
-    """What a FULL refresh applies: the new contents (+1) against the stored rows (−1)."""
-    layout, contents = _contents(compiled, sql)
-    assert isinstance(contents, exp.Query)  # a maintainable query: the engine built its contents
-    return full_delta(table, layout, contents)
-
-
-def _row_delta(
-    db: Db,
-    spec: StreamTableSpec,
-    compiled: Compiled,
-    current: registry.Registered,
-    changed: list[TableInfo],
-    weighing: auto_cost.PlannerWeighing | None,
-) -> exp.Query | None:
-    """The batch's row delta (None: no changed source reaches the result), its changes compacted into
-    analyzed temp tables first (copied as they are where the plan does not need them netted), and
-    what the delta reads more than once pinned (`_pinner`), each pin priced first when AUTO is
-    `weighing` the batch."""
-    assert compiled.plan is not None and compiled.layout is not None and current.frontier is not None
-    bindings = current_bindings(compiled.sources)
-    netted = needs_netting(compiled.plan)
-    for index, source in enumerate(changed):
-        virtual = capture.virtual_columns(db, source)
-        # Capture's own text (it holds virtual columns' generation expressions), read as written.
-        raw = pg_apply.TextRelation(
-            "__ivm_raw_changes",
-            capture.raw_changes_sql(spec.catalog_schema, source, capture.snapshot(current.frontier), virtual),
-        )
-        net = text_changes(raw.table, source, netted)
-        delta_table = pg_apply.temp_table(db, f"delta_{index}", pg_apply.render(net, raw))
-        pg_apply.analyze(db, delta_table)
-        bindings.delta[source.qualified] = delta_table
-        if compiled.layout.recounted and _inserts_only(db, delta_table):
-            bindings.inserted_only.add(source.qualified)  # an append: no group's count can drop
-    before_pin = None if weighing is None else weighing.before_pin
-    ctx = replace(
-        context(compiled, bindings), pin=_pinner(db, before_pin), pin_counted=_counting_pinner(db, before_pin)
-    )
-    return stream.row_delta(compiled.plan, compiled.layout, ctx, _table(spec), compiled.target)
-
-
-def _inserts_only(db: Db, delta_table: exp.Table) -> bool:
-    """Whether a source's netted change set holds insertions only."""
-    removal = (
-        exp.select("1")
-        .from_(delta_table.copy())
-        .where(exp.LT(this=exp.column(WEIGHT, quoted=True), expression=exp.Literal.number(0)))
-    )
-    return not db.value(exp.select(exp.Exists(this=removal)).sql("postgres"))
-
-
-def _pinner(db: Db, before: Callable[[str], None] | None = None) -> Callable[[exp.Query], exp.Expr]:
-    """Computes a subquery that a delta reads more than once into an analyzed temp table, once per
-    refresh: inlined, a subquery under a join under a subquery multiplies the statement's size and
-    its planning time with every level. `before` sees each subquery's text before it is computed."""
-
-    return memoized_pin("postgres", lambda text: _pinned_table(db, before, text))
-
-
-def _pinned_table(db: Db, before: Callable[[str], None] | None, text: str) -> exp.Table:
-    """A subquery's text computed into an analyzed temp table, shown to `before` first."""
-    if before is not None:
-        before(text)
-    table = pg_apply.temp_table(db, "pin", text)
-    pg_apply.analyze(db, table)
-    return table
-
-
-def _counting_pinner(
-    db: Db, before: Callable[[str], None] | None = None
-) -> Callable[[exp.Query, str], tuple[exp.Expr, int]]:
-    """As `_pinner`, also giving how many of a pinned subquery's rows have a boolean column true."""
-
-    def pin(query: exp.Query, flag: str) -> tuple[exp.Expr, int]:
-        table = _pinned_table(db, before, query.sql("postgres"))
-        flagged = (
-            exp.select(exp.func("COUNT", exp.Star())).from_(table.copy()).where(exp.column(flag, quoted=True))
-        )
-        return table, int(db.value(flagged.sql("postgres")) or 0)
-
-    return pin
-
-
-def _full(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str, reason: str) -> RefreshResult:
-    """FULL refresh applied as a diff: only rows that differ are deleted, updated or inserted."""
-    relation = _relation(spec)
-    result = RefreshResult(action="FULL", reason=reason)
-    layout, contents = _contents(compiled, sql)
-    triggers = user_triggers.choose(db, spec, relation)
-    pg_apply.apply_full_diff(db, _table(spec), layout, contents, result, compiled.target, triggers)
-    return result
-
-
-def _contents(compiled: Compiled, sql: str) -> tuple[Layout, pg_apply.Contents]:
-    """The table's layout and its contents from scratch (the query as written when not maintainable)."""
-    if compiled.plan is not None and compiled.layout is not None:
-        ctx = context(compiled, current_bindings(compiled.sources))
-        return compiled.layout, stream.contents(compiled.plan, compiled.layout, ctx)
-    layout = pg_apply.plain_layout([name for name, _ in compiled.output_types])
-    return layout, pg_apply.TextRelation("__ivm_query", sql)
-
-
 def _cleanup(db: Db, spec: StreamTableSpec, compiled: Compiled) -> None:
     """Delete buffer rows all consumers have seen, after the refresh committed.
 
@@ -861,9 +578,9 @@ def explain(connection: object, spec: StreamTableSpec, changes: int | None = Non
         explanation = explained(compiled.plan, compiled.layout, compiled.unsupported, whole, POSTGRES.dialect)
         if changes is None:
             return explanation
-        rows_read = _rows_read(db, compiled.sources)
+        read = rows_read(db, compiled.sources)
         recorded = db.value(
             "SELECT to_regclass(%s) IS NOT NULL", (qn(spec.catalog_schema, "refresh_history"),)
         )
         history = registry.recent_refreshes(db, spec.catalog_schema, _key(spec)) if recorded else []
-    return forecast(explanation, spec, changes, rows_read, history, planner_prices=True)
+    return forecast(explanation, spec, changes, read, history, planner_prices=True)

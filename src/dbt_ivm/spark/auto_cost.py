@@ -10,16 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from dbt_ivm import cost
-from dbt_ivm.spark import registry, source_changes
+from dbt_ivm.spark import registry
 from dbt_ivm.spec import StreamTableSpec
 
 
-def choose(
-    spark: Any, spec: StreamTableSpec, stream_table: str, batch: source_changes.Batch
-) -> cost.Choice | None:
-    """DIFFERENTIAL or FULL for the bound `batch` (its net changes counted as its change sets were
-    pinned); None when history cannot tell yet."""
+def choose(spark: Any, spec: StreamTableSpec, stream_table: str, changes: int) -> cost.Choice | None:
+    """DIFFERENTIAL or FULL for a bound batch of `changes` (its net changes, counted as its change sets
+    were pinned); None when history cannot tell yet."""
     history = registry.recent_refreshes(spark, spec.catalog_schema, stream_table)
     if not cost.history_decides(history):
         return None
-    return cost.choose(batch.changes_read, history)
+    return cost.choose(changes, history)
