@@ -226,6 +226,37 @@ def choose(changes: int, history: Sequence[PastRefresh], planner: PlannerCosts |
     return Choice("FULL" if clear else "DIFFERENTIAL", reason, recorded)
 
 
+def differential_limit(history: Sequence[PastRefresh], ceiling: int) -> int:
+    """The largest batch `choose` keeps differential on `history` alone, up to `ceiling`: a backend
+    that applies batches with statements planned earlier applies one this large or smaller without
+    asking the planner (0: measured history cannot tell, the planner must price the batch). `choose`
+    never prefers FULL for fewer changes than a batch it keeps differential, so a search finds it.
+
+    >>> history = [PastRefresh("DIFFERENTIAL", 3.0, 1000), PastRefresh("CREATE", 1.0)]
+    >>> differential_limit(history, 10**9)  # 3 s per 1000 changes, FULL 1 s: FULL saves 1 s from 667
+    666
+    >>> choose(666, history).action, choose(667, history).action
+    ('DIFFERENTIAL', 'FULL')
+    >>> differential_limit([PastRefresh("DIFFERENTIAL", 0.05, 10), PastRefresh("CREATE", 1.0)], 10**9)
+    1000000000
+    >>> differential_limit([PastRefresh("CREATE", 1.0)], 10**9)  # nothing measured: the planner decides
+    0
+    """
+    differential, full = _samples(history)
+    if not differential or not full or differential[0].estimated:
+        return 0
+    if choose(ceiling, history).action == "DIFFERENTIAL":
+        return ceiling
+    kept, recomputed = 0, ceiling  # choose(kept) is DIFFERENTIAL, choose(recomputed) FULL
+    while recomputed - kept > 1:
+        middle = (kept + recomputed) // 2
+        if choose(middle, history).action == "DIFFERENTIAL":
+            kept = middle
+        else:
+            recomputed = middle
+    return kept
+
+
 def _times(ratio: float) -> str:
     """A cost ratio for people: at most two significant figures.
 

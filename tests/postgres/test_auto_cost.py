@@ -89,6 +89,24 @@ def test_a_small_batch_stays_differential_with_its_numbers(table: Any) -> None:
     assert f"({first.reason})" in first.summary()
 
 
+def test_a_batch_history_keeps_differential_runs_the_installed_refresh(table: Any, pg_dsn: str) -> None:
+    """Once measured history keeps batches of this size differential, AUTO applies one with the
+    statements planned at install (the stream table's refresh function), as refresh_mode='differential'
+    does: no planning, no delta built in Python; its history row still gives AUTO's numbers."""
+    refresh_and_check(table, "totals", TOTALS)
+    execute(table, "UPDATE t SET v = v + 1 WHERE id <= 6")
+    refresh_and_check(table, "totals", TOTALS, "the planner prices the first batch")
+    execute(table, "UPDATE t SET v = v + 1 WHERE id > 99990")
+    with recording_connection(pg_dsn) as conn:
+        result = refresh_and_check(conn, "totals", TOTALS, "history decides")
+        assert result.action == "DIFFERENTIAL", result.summary()
+        assert result.reason is not None and "history: differential" in result.reason, result.reason
+        assert [s for s in conn.statements if '"refresh_' in s and "SELECT * FROM" in s], conn.statements
+        assert not _delta_work(conn.statements)
+    row = history(table, "totals")[-1]
+    assert (row["action"], row["reason"], row["changes_read"]) == ("DIFFERENTIAL", result.reason, 20)
+
+
 def test_measured_history_decides_before_the_delta_is_built(table: Any, pg_dsn: str) -> None:
     refresh_and_check(table, "totals", TOTALS)
     execute(table, "UPDATE t SET v = v + 1 WHERE id <= 6")

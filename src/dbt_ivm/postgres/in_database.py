@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
+from typing import Any
 
+from dbt_ivm import cost
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.quoting import dollar_quoted, lit, qn
 from dbt_ivm.spec import RefreshResult
@@ -41,10 +44,32 @@ def refresh_lock_key(stream_table: str) -> str:
     return LOCK_PREFIX + stream_table
 
 
-def batch_limit(refresh_mode: str) -> int:
+def batch_limit(refresh_mode: str, history: Sequence[cost.PastRefresh]) -> int:
     """The most changes the refresh function may apply for the engine: any batch when the mode is
-    differential; none otherwise (AUTO's choice, with its numbers, is the engine's)."""
-    return UNBOUNDED_BATCH if refresh_mode == "differential" else 0
+    differential; under AUTO, the largest batch the stream table's measured `history` keeps
+    differential (dbt_ivm.cost), so a batch AUTO would apply anyway runs the statements planned at
+    the last install, without planning; none otherwise (the engine decides, and plans)."""
+    if refresh_mode == "differential":
+        return UNBOUNDED_BATCH
+    if refresh_mode == "auto":
+        return cost.differential_limit(history, UNBOUNDED_BATCH)
+    return 0
+
+
+def recent_refreshes(db: Db, catalog: str, stream_table: str) -> list[cost.PastRefresh]:
+    """The stream table's most recent successful refreshes that did work (SKIP aside), newest first:
+    AUTO's measured evidence (dbt_ivm.cost). Read backwards along the refresh id, stopping early."""
+    rows = db.rows(
+        "SELECT action, duration_seconds, changes_read, estimated_differential_seconds "
+        f"FROM {qn(catalog, 'refresh_history')} "
+        "WHERE stream_table = %s AND status = 'OK' AND duration_seconds IS NOT NULL "
+        "AND action IN ('DIFFERENTIAL', 'FULL', 'CREATE', 'REBUILD') ORDER BY refresh_id DESC LIMIT %s",
+        (stream_table, cost.RECENT),
+    )
+    return [
+        cost.PastRefresh(action, float(seconds), int(changes), None if estimate is None else float(estimate))
+        for action, seconds, changes, estimate in rows
+    ]
 
 
 def signature(catalog: str, stream_table: str) -> str:
@@ -88,6 +113,7 @@ def refresh_by_function(
         installed = db.value(installed_version(catalog), (stream_table, signature(catalog, stream_table)))
     if installed != VERSION:
         return None
+    history = recent_refreshes(db, catalog, stream_table) if refresh_mode == "auto" else []
     started = time.monotonic()
     lock = refresh_lock_key(stream_table)
     if not locked:
@@ -98,7 +124,7 @@ def refresh_by_function(
         try:
             done = db.one(
                 f"BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT * FROM {function}(%s, %s, %s)",
-                (initiated_by, invocation_id, batch_limit(refresh_mode)),
+                (initiated_by, invocation_id, batch_limit(refresh_mode, history)),
             )
         except Exception:  # whatever it was (a serialization failure, say), the engine decides
             done = None
@@ -112,11 +138,17 @@ def refresh_by_function(
         # follows COMMIT in the same round trip is a transaction of its own, as CALL refresh trims and
         # unlocks. A failed COMMIT or trim ends its transaction (PostgreSQL rolls it back), skips the
         # rest and leaves the lock held: released below, or by the caller.
-        cleanup = f"COMMIT; SELECT {qn(catalog, function_name(stream_table, '_cleanup'))}()"
+        statements = [f"COMMIT; SELECT {qn(catalog, function_name(stream_table, '_cleanup'))}()"]
+        params: list[str] = []
+        auto_reason = _auto_reason(refresh_mode, history, done)
+        if auto_reason is not None:
+            # AUTO's numbers on the history row the function just wrote, as the engine's refresh logs them.
+            statements.insert(0, _reason_update(catalog))
+            params.append(auto_reason)
         if unlock:
-            db.execute(f"{cleanup}; SELECT pg_advisory_unlock(hashtext(%s))", (lock,))
-        else:
-            db.execute(cleanup)
+            statements.append("SELECT pg_advisory_unlock(hashtext(%s))")
+            params.append(lock)
+        db.execute("; ".join(statements), tuple(params) or None)
         released = unlock
     finally:
         if not locked and not released:
@@ -128,8 +160,25 @@ def refresh_by_function(
         rows_updated=int(updated),
         rows_deleted=int(deleted),
         seconds=time.monotonic() - started,
-        reason=reason,
+        reason=auto_reason or reason,
         changes_read=int(changes),
+    )
+
+
+def _auto_reason(refresh_mode: str, history: Sequence[cost.PastRefresh], done: tuple[Any, ...]) -> str | None:
+    """Why AUTO kept a batch the function applied differential: the numbers `cost.choose` weighed."""
+    action, changes = done[0], done[5]
+    if refresh_mode != "auto" or action != "DIFFERENTIAL":
+        return None
+    return cost.choose(int(changes), history).reason
+
+
+def _reason_update(catalog: str) -> str:
+    """Set the reason (a parameter) of the history row this session inserted last (the function's)."""
+    history = qn(catalog, "refresh_history")
+    return (
+        f"UPDATE {history} SET reason = %s WHERE refresh_id = "
+        f"pg_catalog.currval(pg_catalog.pg_get_serial_sequence({lit(history)}, 'refresh_id'))"
     )
 
 

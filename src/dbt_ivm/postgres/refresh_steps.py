@@ -24,7 +24,16 @@ from dbt_ivm.layout import Layout
 from dbt_ivm.plan.nodes import whole_input_reason
 from dbt_ivm.plan.reads import columns_read
 from dbt_ivm.postgres import apply as pg_apply
-from dbt_ivm.postgres import auto_cost, capture, immediate, outside_writes, procedure, registry, user_triggers
+from dbt_ivm.postgres import (
+    auto_cost,
+    capture,
+    immediate,
+    in_database,
+    outside_writes,
+    procedure,
+    registry,
+    user_triggers,
+)
 from dbt_ivm.postgres.compiled import Compiled, context, current_bindings, shape_change
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.names import key, relation, table
@@ -133,7 +142,7 @@ class PostgresRefresh(Steps[TableInfo, PostgresDelta]):
         delta as it is built (postgres.auto_cost)."""
         db, spec, compiled = self.db, self.spec, self.compiled
         assert compiled.layout is not None
-        history = registry.recent_refreshes(db, spec.catalog_schema, key(spec))
+        history = in_database.recent_refreshes(db, spec.catalog_schema, key(spec))
         if cost.history_decides(history):
             return cost.choose(batch.changes, history)
         layout, contents = contents_of(compiled, self.sql)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dbt_ivm.cost import RECENT, PastRefresh
 from dbt_ivm.postgres import outside_writes
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.in_database import dispatcher_sql, installed_version, signature
@@ -217,18 +216,3 @@ def record(db: Db, catalog: str, stream_table: str, values: dict[str, Any]) -> i
             [stream_table, *values.values()],
         )
     )
-
-
-def recent_refreshes(db: Db, catalog: str, stream_table: str) -> list[PastRefresh]:
-    """The stream table's most recent successful refreshes that did work (SKIP aside), newest first:
-    AUTO's measured evidence (dbt_ivm.cost). Read backwards along the refresh id, stopping early."""
-    rows = db.rows(
-        f"SELECT action, duration_seconds, changes_read, estimated_differential_seconds FROM {qn(catalog, 'refresh_history')} "
-        "WHERE stream_table = %s AND status = 'OK' AND duration_seconds IS NOT NULL "
-        "AND action IN ('DIFFERENTIAL', 'FULL', 'CREATE', 'REBUILD') ORDER BY refresh_id DESC LIMIT %s",
-        (stream_table, RECENT),
-    )
-    return [
-        PastRefresh(action, float(seconds), int(changes), None if estimate is None else float(estimate))
-        for action, seconds, changes, estimate in rows
-    ]
