@@ -7,7 +7,8 @@ of a small table. The backend measures what it can and `choose` weighs it:
 
 - **history**: the stream table's recent refreshes. This batch's differential refresh is estimated
   from past ones without overestimating it (`differential_seconds`), FULL as the median of recent
-  FULL, CREATE and REBUILD durations. Seconds measured on this very table are the best evidence, so
+  FULL refreshes and of the seconds recent CREATEs and REBUILDs took to compute their contents
+  (their planning and installing are no part of a FULL refresh). Seconds measured on this very table are the best evidence, so
   they decide whenever there are some of both kinds.
 - **planner** (PostgreSQL): the planner's total cost of what each path computes, in the planner's
   units; it decides when history cannot. FULL's measured seconds per planner unit turn the

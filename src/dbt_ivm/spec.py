@@ -58,6 +58,9 @@ class RefreshResult:
     reason: str | None = None  # why AUTO/DIFFERENTIAL did FULL, why a rebuild happened, ...
     # AUTO's planner estimate of the differential refresh (dbt_ivm.cost), kept as evidence for later.
     estimated_differential_seconds: float | None = None
+    # CREATE / REBUILD: the seconds its contents took to compute and write, which stand for a FULL
+    # refresh's cost in AUTO's history (the rest of such a run is planning and installing).
+    contents_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
     refresh_id: int | None = None
     changes_read: int = 0  # the batch's net changed source rows (as in the history)
@@ -93,6 +96,8 @@ class RefreshResult:
         }
         if self.estimated_differential_seconds is not None:
             fields["estimated_differential_seconds"] = self.estimated_differential_seconds
+        if self.contents_seconds is not None:
+            fields["contents_seconds"] = self.contents_seconds
         return fields
 
     @staticmethod

@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+from dbt_ivm.cost import PastRefresh
+from dbt_ivm.postgres import in_database
+from dbt_ivm.postgres.db import Db
 from tests.postgres.streams import (
     CATALOG,
     execute,
@@ -45,6 +48,13 @@ def _delta_work(statements: list[str]) -> list[str]:
 
 def test_a_small_batch_with_a_dear_delta_is_recomputed(table: Any, pg_dsn: str) -> None:
     refresh_and_check(table, "tops", GROUP_TOPS)
+    # As if a FULL refresh had taken 0.5 s: FULL's seconds per planner unit (the create's contents
+    # took ~20 ms here, so the delta's extra units would come to a saving under MIN_SAVING_SECONDS).
+    execute(
+        table,
+        f"INSERT INTO {CATALOG}.refresh_history (stream_table, action, changes_read, duration_seconds, status) "
+        "VALUES ('public.tops', 'FULL', 0, 0.5, 'OK')",
+    )
     execute(table, "UPDATE t SET v = v + 1 WHERE id <= 6")  # 12 changes: far under the threshold
     result = refresh_and_check(table, "tops", GROUP_TOPS, "one row of each group")
     assert result.action == "FULL", result.summary()
@@ -105,6 +115,16 @@ def test_a_batch_history_keeps_differential_runs_the_installed_refresh(table: An
         assert not _delta_work(conn.statements)
     row = history(table, "totals")[-1]
     assert (row["action"], row["reason"], row["changes_read"]) == ("DIFFERENTIAL", result.reason, 20)
+
+
+def test_a_create_stands_for_full_by_the_seconds_its_contents_took(table: Any) -> None:
+    """A CREATE plans the query and installs capture and refresh functions besides computing the
+    contents; only the contents stand for what a FULL refresh costs."""
+    refresh_and_check(table, "totals", TOTALS)
+    (created,) = history(table, "totals")
+    assert created["action"] == "CREATE" and 0 < created["contents_seconds"] < created["duration_seconds"]
+    past = in_database.recent_refreshes(Db(table), CATALOG, "public.totals")
+    assert past == [PastRefresh("CREATE", created["contents_seconds"], 0)]
 
 
 def test_measured_history_decides_before_the_delta_is_built(table: Any, pg_dsn: str) -> None:

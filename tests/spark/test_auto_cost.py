@@ -23,6 +23,12 @@ def test_auto_follows_the_refresh_history(spark: Any, spark_schema: str) -> None
     sql = f"SELECT customer, SUM(amount) AS total, COUNT(*) AS n FROM {s}.orders GROUP BY customer"
     catalog = make_spec(s, "totals", sql).catalog_schema
     refresh_and_check(spark, s, "totals", sql, "create")
+    # The create stands for FULL's cost by the seconds its contents took, not its planning and setup.
+    created = spark.sql(
+        f"SELECT duration_seconds, contents_seconds FROM {catalog}.refresh_history WHERE stream_table = '{s}.totals'"
+    ).collect()
+    assert len(created) == 1 and 0 < created[0][1] < created[0][0], created
+    assert [p.seconds for p in registry.recent_refreshes(spark, catalog, f"{s}.totals")] == [created[0][1]]
     spark.sql(f"INSERT INTO {s}.orders VALUES (4,'c',40)")
     # Nothing measured of a differential refresh yet: the threshold rule alone decides.
     first = refresh_and_check(spark, s, "totals", sql, "first batch")

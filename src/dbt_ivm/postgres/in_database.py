@@ -21,7 +21,7 @@ CALL_INITIATED_BY = "CALL dbt_ivm.refresh"  # the history's initiated_by for a r
 # Bump when the functions' text, or the stream tables' layout they maintain, changes: the engine runs
 # only functions this version installed, and installs them anew (planning, so a table whose layout
 # changed is rebuilt) when they are another's.
-VERSION = 13
+VERSION = 14  # 14: the engine reads the history's contents_seconds (its catalog has it) before calling them
 ARGUMENTS = "text, text, bigint"  # refresh_<tag>(initiated_by, invocation_id, apply_up_to)
 UNBOUNDED_BATCH = 2**62  # a batch no refresh reaches: "any number of changes"
 
@@ -58,9 +58,11 @@ def batch_limit(refresh_mode: str, history: Sequence[cost.PastRefresh]) -> int:
 
 def recent_refreshes(db: Db, catalog: str, stream_table: str) -> list[cost.PastRefresh]:
     """The stream table's most recent successful refreshes that did work (SKIP aside), newest first:
-    AUTO's measured evidence (dbt_ivm.cost). Read backwards along the refresh id, stopping early."""
+    AUTO's measured evidence (dbt_ivm.cost), a CREATE or REBUILD by the seconds its contents took.
+    Read backwards along the refresh id, stopping early."""
     rows = db.rows(
-        "SELECT action, duration_seconds, changes_read, estimated_differential_seconds "
+        "SELECT action, COALESCE(contents_seconds, duration_seconds), changes_read, "
+        "estimated_differential_seconds "
         f"FROM {qn(catalog, 'refresh_history')} "
         "WHERE stream_table = %s AND status = 'OK' AND duration_seconds IS NOT NULL "
         "AND action IN ('DIFFERENTIAL', 'FULL', 'CREATE', 'REBUILD') ORDER BY refresh_id DESC LIMIT %s",

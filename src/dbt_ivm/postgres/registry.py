@@ -12,7 +12,7 @@ from dbt_ivm.sqltext import q, qn
 
 BOOTSTRAP_LOCK = "dbt_ivm catalog bootstrap"
 # The column added last, and its table: a catalog that has it needs no upgrade.
-NEWEST_TABLE, NEWEST_COLUMN = outside_writes.TABLE, "written_at"
+NEWEST_TABLE, NEWEST_COLUMN = "refresh_history", "contents_seconds"
 
 
 def bootstrap(db: Db, catalog: str) -> None:
@@ -94,8 +94,13 @@ def bootstrap(db: Db, catalog: str) -> None:
             f"CREATE TABLE IF NOT EXISTS {s}.{q('refresh_procedures')} (stream_table text PRIMARY KEY, "
             "version integer NOT NULL, tag text NOT NULL)"
         )
-        # Writes into stream tables by hand (postgres.outside_writes); created last: NEWEST_TABLE.
+        # Writes into stream tables by hand (postgres.outside_writes).
         outside_writes.create(db, catalog)
+        # A CREATE's or REBUILD's seconds of computing the contents: AUTO's FULL evidence (dbt_ivm.cost).
+        # Added last: NEWEST_COLUMN.
+        db.execute(
+            f"ALTER TABLE {s}.{q('refresh_history')} ADD COLUMN IF NOT EXISTS contents_seconds double precision"
+        )
 
 
 @dataclass

@@ -206,7 +206,9 @@ class PostgresBackend:
             immediate.remove(db, spec.catalog_schema, _key(spec))  # it was refresh_mode='immediate'
             db.execute(f"DROP TABLE IF EXISTS {relation}")
             layout, contents = contents_of(compiled, sql)
+            computing = time.monotonic()
             rows = pg_apply.create_table(db, _table(spec), layout, contents, compiled.target)
+            computed = time.monotonic() - computing
             # Before the table is visible: default privileges must not expose its hidden columns.
             restrict_to_user_columns(db, relation, layout.user)
             outside_writes.guard(db, spec.catalog_schema, _key(spec), relation, spec.model)
@@ -215,7 +217,9 @@ class PostgresBackend:
                 db, spec.catalog_schema, _program(db, spec, compiled, sql), immediate.pinned_settings(db)
             )
             result = RefreshResult(
-                action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=max(rows, 0)
+                action="CREATE" if action == "CREATE" else "REBUILD",
+                rows_inserted=max(rows, 0),
+                contents_seconds=computed,
             )
             result.reason = reason
             if compiled.unsupported is not None:

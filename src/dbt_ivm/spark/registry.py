@@ -42,10 +42,13 @@ HISTORY_COLUMNS = (
     "refresh_id bigint, stream_table string, action string, rows_inserted bigint, rows_updated bigint, "
     "rows_deleted bigint, changes_read bigint, duration_seconds double, status string, reason string, "
     "error_text string, initiated_by string, started_at timestamp, finished_at timestamp, "
-    "invocation_id string"
+    "invocation_id string, contents_seconds double"
 )
 # Columns added after the tables were first created, per table, and their types.
-ADDED_COLUMNS = {"stream_tables": {"run_settings": "string"}, "refresh_history": {"invocation_id": "string"}}
+ADDED_COLUMNS = {
+    "stream_tables": {"run_settings": "string"},
+    "refresh_history": {"invocation_id": "string", "contents_seconds": "double"},
+}
 # Registry tables this process has seen with every column (a table never loses one).
 _UPGRADED: set[str] = set()
 
@@ -244,6 +247,7 @@ def record(spark: Any, catalog: str, stream_table: str, values: dict[str, Any], 
         "error_text": None,
         "initiated_by": None,
         "invocation_id": None,
+        "contents_seconds": None,
         "started_at": now,
         "finished_at": now,
     }
@@ -257,7 +261,10 @@ def record(spark: Any, catalog: str, stream_table: str, values: dict[str, Any], 
 
     def kept(recent: dict[str, list[PastRefresh]]) -> None:
         if row["status"] == "OK" and row["duration_seconds"] is not None and row["action"] in WEIGHED_ACTIONS:
-            past = PastRefresh(row["action"], row["duration_seconds"], row["changes_read"])
+            seconds = (
+                row["contents_seconds"] if row["contents_seconds"] is not None else row["duration_seconds"]
+            )
+            past = PastRefresh(row["action"], float(seconds), row["changes_read"])
             recent[stream_table] = [past, *recent.get(stream_table, [])][:RECENT]
 
     _append(spark, catalog, [row], kept)
@@ -335,13 +342,13 @@ def flush_all(spark: Any) -> None:
 
 def recent_refreshes(spark: Any, catalog: str, stream_table: str) -> list[PastRefresh]:
     """The stream table's most recent successful refreshes that did work (SKIP aside), newest first:
-    AUTO's measured evidence (dbt_ivm.cost)."""
+    AUTO's measured evidence (dbt_ivm.cost), a CREATE or REBUILD by the seconds its contents took."""
 
     def read(snapshot_id: int | None) -> dict[str, list[PastRefresh]]:
         newest = "row_number() OVER (PARTITION BY stream_table ORDER BY refresh_id DESC)"
         actions = ", ".join(f"'{a}'" for a in WEIGHED_ACTIONS)
         rows = spark.sql(
-            f"SELECT stream_table, action, duration_seconds, changes_read FROM ("
+            f"SELECT stream_table, action, COALESCE(contents_seconds, duration_seconds), changes_read FROM ("
             f"SELECT *, {newest} AS newest FROM {_as_of(table(catalog, 'refresh_history'), snapshot_id)} "
             f"WHERE status = 'OK' AND duration_seconds IS NOT NULL AND action IN ({actions})"
             f") WHERE newest <= {RECENT} ORDER BY stream_table, newest"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -246,8 +247,13 @@ def _build(backend: SparkBackend, sql: str, action: str, reason: str | None, sta
         field_ids.dumps(versions.fields),
         session_zone(spark, compiled),
     )
+    computing = time.monotonic()
     rows = spark_apply.create_table(spark, _parts(spec), layout, built, stamp, spec.table_properties)
-    result = RefreshResult(action="CREATE" if action == "CREATE" else "REBUILD", rows_inserted=rows)
+    result = RefreshResult(
+        action="CREATE" if action == "CREATE" else "REBUILD",
+        rows_inserted=rows,
+        contents_seconds=time.monotonic() - computing,
+    )
     if layout.kind == "keyed" and key_check.stored_key_repeats(spark, _table(spec), layout.key):
         result.warnings.append(refuse_repeated_key(spark, views, spec, compiled, versions, drop=True))
     result.reason = reason
