@@ -450,7 +450,9 @@ def test_cli_reports_a_connection_failure(capsys: pytest.CaptureFixture[str]) ->
 def test_a_catalog_from_an_earlier_version_gains_the_invocation_column(shop: Any) -> None:
     """A catalog from before invocation_id, run_settings and refresh procedures: the next run adds
     them, and fills them."""
-    execute(shop, f"ALTER TABLE {CATALOG}.refresh_history DROP COLUMN invocation_id, DROP COLUMN contents_seconds")
+    execute(
+        shop, f"ALTER TABLE {CATALOG}.refresh_history DROP COLUMN invocation_id, DROP COLUMN contents_seconds"
+    )
     execute(shop, f"ALTER TABLE {CATALOG}.stream_tables DROP COLUMN run_settings")
     execute(shop, f"DROP TABLE {CATALOG}.refresh_procedures, {CATALOG}.outside_writes")
     execute(shop, "INSERT INTO orders VALUES (21, 'c1', 5, DATE '2024-02-01')")
