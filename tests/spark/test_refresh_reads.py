@@ -134,7 +134,7 @@ def test_recent_refreshes_match_the_history_table(spark: Any, spark_schema: str)
     # A row another process appended is read, not missed.
     spark.sql(
         f"INSERT INTO {catalog}.refresh_history VALUES (9000000000000000, '{name}', 'FULL', 0, 0, 0, 0, "
-        "1.5, 'OK', NULL, NULL, 'elsewhere', current_timestamp(), current_timestamp(), NULL)"
+        "1.5, 'OK', NULL, NULL, 'elsewhere', current_timestamp(), current_timestamp(), NULL, NULL)"
     )
     newest = registry.recent_refreshes(spark, catalog, name)
     assert newest[0].action == "FULL" and newest[0].seconds == 1.5 and newest == fresh()
