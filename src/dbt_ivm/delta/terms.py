@@ -30,7 +30,7 @@ from typing import Literal
 from sqlglot import exp
 
 from dbt_ivm.catalog import TableInfo
-from dbt_ivm.delta import sideways
+from dbt_ivm.delta import budget, sideways
 from dbt_ivm.plan.nodes import Aggregate, Derived, Item, scans_in
 from dbt_ivm.sqltext import WEIGHT
 from dbt_ivm.target import Target
@@ -175,6 +175,7 @@ class Term:
 
     def times(self, other: Term) -> Term:
         """The product of two terms (a join of their reads; `other`'s predicates added)."""
+        budget.charge()
         return Term(
             self.reads + other.reads,
             self.sign * other.sign,

@@ -17,7 +17,7 @@ from sqlglot import exp
 from dbt_ivm import cost, lifecycle
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo
-from dbt_ivm.delta import stream
+from dbt_ivm.delta import budget, stream
 from dbt_ivm.delta.compact import needs_netting, text_changes
 from dbt_ivm.delta.terms import memoized_pin
 from dbt_ivm.layout import Layout
@@ -153,9 +153,12 @@ class PostgresRefresh(Steps[TableInfo, PostgresDelta]):
 
     def delta(self, batch: Batch[TableInfo]) -> tuple[PostgresDelta | None, cost.Choice | None]:
         try:
-            delta = self._row_delta(batch.changed)
+            with budget.bounded():
+                delta = self._row_delta(batch.changed)
         except auto_cost.Abandoned as abandoned:
             return None, abandoned.choice
+        except budget.TooManyTerms as too_many:
+            return None, cost.Choice("FULL", str(too_many))
         if self.weighing is None or delta is None:
             return delta, None
         assert self.compiled.layout is not None

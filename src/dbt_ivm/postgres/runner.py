@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from sqlglot import exp
@@ -26,6 +26,7 @@ from dbt_ivm import lifecycle, refresh, run_settings
 from dbt_ivm.apply.statements import full_delta
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.code_digest import engine_digest
+from dbt_ivm.delta import budget
 from dbt_ivm.delta.compact import needs_netting
 from dbt_ivm.errors import IvmError, MissingPrivilege, TriggerNameTaken, UnsupportedQuery
 from dbt_ivm.explain import Explanation, explained, forecast
@@ -424,17 +425,27 @@ def _immediate_function(
     """The trigger function that maintains `spec`'s table inside every writer's transaction."""
     assert compiled.plan is not None and compiled.layout is not None
     key = _key(spec)
-    statements = immediate_sql.statements(
-        compiled.plan,
-        compiled.layout,
-        compiled.sources,
-        _table(spec),
-        compiled.target,
-        lambda bindings: context(compiled, bindings),
-        lambda index, source: exp.table_(immediate.pending_table(key, index, source), "pg_temp", quoted=True),
-        conflicts,
-        exp.table_(immediate.rows_table(key, _shape(compiled)), "pg_temp", quoted=True),
-    )
+    try:
+        with budget.bounded():
+            statements = immediate_sql.statements(
+                compiled.plan,
+                compiled.layout,
+                compiled.sources,
+                _table(spec),
+                compiled.target,
+                lambda bindings: context(compiled, bindings),
+                lambda index, source: exp.table_(
+                    immediate.pending_table(key, index, source), "pg_temp", quoted=True
+                ),
+                conflicts,
+                exp.table_(immediate.rows_table(key, _shape(compiled)), "pg_temp", quoted=True),
+            )
+    except budget.TooManyTerms as too_many:
+        raise UnsupportedQuery(
+            spec.model,
+            f"refresh_mode='immediate' for a query whose writes {too_many}",
+            "use refresh_mode='auto' (a batch refreshes the sources it changed), or split the query into models",
+        ) from None
     return immediate.function_sql(
         spec.catalog_schema,
         key,
@@ -473,6 +484,34 @@ def _program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> pro
             static_full_reason=str(compiled.unsupported),
             whole_input_reason=None,
         )
+    try:
+        with budget.bounded():
+            return _program_of_statements(db, spec, compiled, program, sources, captured)
+    except budget.TooManyTerms as too_many:
+        # CALL refresh recomputes; the engine builds the delta of the sources each batch changed.
+        layout, contents = contents_of(compiled, sql)
+        assert isinstance(contents, exp.Query)  # a maintainable query: the engine built its contents
+        full = immediate_sql.apply_statement(layout, full_delta(table, layout, contents), table, target)
+        return program(
+            sources=[],
+            statements=None,
+            full=pg_apply.render(full),
+            static_full_reason=f"model {spec.model}: {too_many}",
+            whole_input_reason=None,
+        )
+
+
+def _program_of_statements(
+    db: Db,
+    spec: StreamTableSpec,
+    compiled: Compiled,
+    program: Callable[..., procedure.Program],
+    sources: list[TableInfo],
+    captured: bool,
+) -> procedure.Program:
+    """The program of a maintainable query: its statements for the changes of any of its sources."""
+    assert compiled.plan is not None and compiled.layout is not None
+    key, table, target = _key(spec), _table(spec), compiled.target
     virtual = [capture.virtual_columns(db, s) for s in sources]
     # A batch's changes are copied, netted and analyzed with only the columns the query reads (a
     # virtual column's expression may name any column: such a source keeps them all).

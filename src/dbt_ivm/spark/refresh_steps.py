@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from dbt_ivm import cost, lifecycle, run_settings
 from dbt_ivm.apply.statements import full_delta
-from dbt_ivm.delta import stream
+from dbt_ivm.delta import budget, stream
 from dbt_ivm.delta.terms import Bindings
 from dbt_ivm.errors import KeyNotUnique
 from dbt_ivm.layout import HASH, Layout
@@ -141,9 +141,13 @@ class SparkRefresh(Steps[SparkTable, SparkDelta]):
         ctx = context(compiled, dataclasses.replace(bindings, before=before), self.views)
         # A stored aggregate applies its change per group; any other plan, its row delta.
         target = table(self.spec)
-        delta = stream.group_change(compiled.plan, compiled.layout, ctx, target, SPARK) or stream.row_delta(
-            compiled.plan, compiled.layout, ctx, target, SPARK
-        )
+        try:
+            with budget.bounded():
+                delta = stream.group_change(
+                    compiled.plan, compiled.layout, ctx, target, SPARK
+                ) or stream.row_delta(compiled.plan, compiled.layout, ctx, target, SPARK)
+        except budget.TooManyTerms as too_many:
+            return None, cost.Choice("FULL", str(too_many))
         return delta, None
 
     def apply_differential(self, delta: SparkDelta | None, result: RefreshResult) -> str | None:
