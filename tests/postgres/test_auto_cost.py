@@ -127,6 +127,17 @@ def test_a_create_stands_for_full_by_the_seconds_its_contents_took(table: Any) -
     assert past == [PastRefresh("CREATE", created["contents_seconds"], 0)]
 
 
+def test_a_top_by_hidden_columns_is_weighed_by_cost(table: Any) -> None:
+    """Its differential refresh reads its input's top again, which costs less than recomputing (3×
+    at 1M rows, benchmarks/bench_whole_input.py): AUTO weighs it as any other query (it used to
+    refresh it FULL always, as it still does a window without PARTITION BY)."""
+    sql = "SELECT id, v FROM t ORDER BY k DESC, id DESC LIMIT 5"
+    refresh_and_check(table, "whole", sql)
+    execute(table, "UPDATE t SET v = v + 1 WHERE id > 99990; DELETE FROM t WHERE id = 99999")
+    result = refresh_and_check(table, "whole", sql, "a small batch")
+    assert result.action == "DIFFERENTIAL", result.summary()
+
+
 def test_measured_history_decides_before_the_delta_is_built(table: Any, pg_dsn: str) -> None:
     refresh_and_check(table, "totals", TOTALS)
     execute(table, "UPDATE t SET v = v + 1 WHERE id <= 6")

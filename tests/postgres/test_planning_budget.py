@@ -26,7 +26,9 @@ def _star(conn: Any) -> str:
     dims = range(DIMENSIONS)
     execute(
         conn,
-        "CREATE TABLE fact (id int PRIMARY KEY, " + ", ".join(f"d{i} int" for i in dims) + ", v int);"
+        "CREATE TABLE fact (id int PRIMARY KEY, "
+        + ", ".join(f"d{i} int" for i in dims)
+        + ", v int);"
         + "".join(
             f"CREATE TABLE dim{i} (k int PRIMARY KEY, name text);"
             f"INSERT INTO dim{i} SELECT g, 'n' || g FROM generate_series(1, 10) g;"
@@ -75,7 +77,13 @@ def test_a_star_joined_twice_is_created_at_once_and_refreshed(pg_conn: Any) -> N
         action, reason = cursor.fetchone()[:2]
     assert (action, reason) == ("FULL", f"model pairs: {budget.reason()}")
     refresh_and_check(pg_conn, "pairs", sql, "after CALL refresh")
-    assert [r["action"] for r in history(pg_conn, "pairs")] == ["CREATE", "DIFFERENTIAL", "FULL", "FULL", "SKIP"]
+    assert [r["action"] for r in history(pg_conn, "pairs")] == [
+        "CREATE",
+        "DIFFERENTIAL",
+        "FULL",
+        "FULL",
+        "SKIP",
+    ]
 
 
 def test_immediate_refuses_a_query_past_the_budget_by_name(pg_conn: Any) -> None:

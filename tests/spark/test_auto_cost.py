@@ -29,10 +29,15 @@ def test_auto_follows_the_refresh_history(spark: Any, spark_schema: str) -> None
     ).collect()
     assert len(created) == 1 and 0 < created[0][1] < created[0][0], created
     assert [p.seconds for p in registry.recent_refreshes(spark, catalog, f"{s}.totals")] == [created[0][1]]
+    # A top by a column it does not show reads its input's top again: weighed as any other query.
+    top = f"SELECT id, amount FROM {s}.orders ORDER BY customer DESC, id LIMIT 2"
+    refresh_and_check(spark, s, "top", top, "create the top")
     spark.sql(f"INSERT INTO {s}.orders VALUES (4,'c',40)")
     # Nothing measured of a differential refresh yet: the threshold rule alone decides.
     first = refresh_and_check(spark, s, "totals", sql, "first batch")
     assert (first.action, first.reason) == ("DIFFERENTIAL", None), first.summary()
+    ranked = refresh_and_check(spark, s, "top", top, "the top's first batch")
+    assert (ranked.action, ranked.reason) == ("DIFFERENTIAL", None), ranked.summary()
     # As if the next differential refresh, of 2 changes, had taken ten minutes: far beyond what the
     # create (the FULL in the history) takes even on a loaded machine (18 s seen under CI load).
     fields = {"action": "DIFFERENTIAL", "changes_read": 2, "duration_seconds": 600.0, "status": "OK"}
