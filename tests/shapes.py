@@ -318,6 +318,12 @@ def streams(s: str) -> dict[str, str]:
             f"(SELECT SUM(o.amount) FROM {s}.orders o WHERE o.customer_id = c.id) AS total "
             f"FROM {s}.customers c"
         ),
+        # a correlated count compared in the WHERE, its correlation repeated in each branch of an OR
+        # (TPC-DS Q41's form): factored out of the OR, the rest read as NOT (… AND …), decorrelated
+        "count_correlated_in_or": (
+            f"SELECT c.id, c.name FROM {s}.customers c WHERE (SELECT COUNT(*) FROM {s}.orders o "
+            "WHERE (o.customer_id = c.id AND o.amount > 20) OR (o.customer_id = c.id AND o.amount IS NULL)) > 0"
+        ),
         # inside expressions: refused as "scalar subquery" before
         "scalar_subquery_in_expression": (
             f"SELECT c.id, (SELECT COUNT(*) FROM {s}.orders o WHERE o.customer_id = c.id) + 1 AS n_plus_one, "

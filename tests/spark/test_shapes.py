@@ -36,7 +36,7 @@ def _first_lines(error: BaseException) -> str:
 
 
 def test_shapes_refresh_differentially(spark: Any, spark_schema: str) -> None:
-    """Over 60 s (about 11 min in CI): 73 stream tables created and refreshed twice, each refresh a
+    """Over 60 s (about 11 min in CI): 74 stream tables created and refreshed twice, each refresh a
     few Spark jobs and Iceberg commits, each checked by the oracle; one test so the sources and
     their commits are shared."""
     s = spark_schema

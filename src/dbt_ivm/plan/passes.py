@@ -8,9 +8,9 @@ plans it), because what they rewrite is read in that SELECT's scope: a subquery 
 an `IN` used as a value.
 
 >>> [name for name, _ in QUERY_PASSES]
-['qualify', 'rename_reserved_names', 'quantified_as_exists', 'ordered_set_operation_as_select', 'merge_subqueries', 'nested_joins_as_subqueries', 'from_generators', 'annotate_types']
+['qualify', 'rename_reserved_names', 'common_conjuncts_factored', 'quantified_as_exists', 'ordered_set_operation_as_select', 'merge_subqueries', 'nested_joins_as_subqueries', 'from_generators', 'annotate_types']
 >>> [name for name, _ in SELECT_PASSES]
-['in_values_as_exists', 'uncorrelated_exists_as_counts', 'joined_scalar_aggregates', 'unnested_in_expressions']
+['uncorrelated_disjunctions_negated', 'in_values_as_exists', 'uncorrelated_exists_as_counts', 'joined_scalar_aggregates', 'unnested_in_expressions']
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
+from dbt_ivm.plan.common_conjuncts import common_conjuncts_factored
 from dbt_ivm.plan.embedded_subqueries import unnested_in_expressions
 from dbt_ivm.plan.in_values import in_values_as_exists
 from dbt_ivm.plan.internal_names import rename_reserved_names
@@ -32,6 +33,7 @@ from dbt_ivm.plan.lateral import from_generators
 from dbt_ivm.plan.ordered_set_operations import ordered_set_operation_as_select
 from dbt_ivm.plan.quantified_subqueries import quantified_as_exists
 from dbt_ivm.plan.scalar_subqueries import joined_scalar_aggregates
+from dbt_ivm.plan.uncorrelated_disjunctions import uncorrelated_disjunctions_negated
 from dbt_ivm.plan.uncorrelated_exists import uncorrelated_exists_as_counts
 from dbt_ivm.target import Target
 
@@ -59,6 +61,7 @@ QUERY_PASSES: tuple[tuple[str, Callable[[exp.Expr, Setting], exp.Expr]], ...] = 
         ),
     ),
     ("rename_reserved_names", lambda tree, _: rename_reserved_names(tree)),
+    ("common_conjuncts_factored", lambda tree, _: common_conjuncts_factored(tree)),
     ("quantified_as_exists", lambda tree, _: quantified_as_exists(tree)),
     ("ordered_set_operation_as_select", lambda tree, _: ordered_set_operation_as_select(tree)),
     ("merge_subqueries", lambda tree, _: merge_subqueries(tree)),
@@ -69,6 +72,7 @@ QUERY_PASSES: tuple[tuple[str, Callable[[exp.Expr, Setting], exp.Expr]], ...] = 
 )
 
 SELECT_PASSES: tuple[tuple[str, Callable[[exp.Select, Setting], exp.Select]], ...] = (
+    ("uncorrelated_disjunctions_negated", lambda select, _: uncorrelated_disjunctions_negated(select)),
     ("in_values_as_exists", lambda select, s: in_values_as_exists(select, s.target)),
     ("uncorrelated_exists_as_counts", lambda select, _: uncorrelated_exists_as_counts(select)),
     ("joined_scalar_aggregates", lambda select, s: joined_scalar_aggregates(select, s.aliases)),
