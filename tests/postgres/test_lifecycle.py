@@ -130,8 +130,9 @@ def test_two_refreshes_in_one_transaction_keep_their_temp_tables_apart(shop: Any
     from dbt_ivm import refresh
     from dbt_ivm.postgres import registry
     from dbt_ivm.postgres.db import Db
+    from dbt_ivm.postgres.installed import program as _program
     from dbt_ivm.postgres.refresh_steps import PostgresRefresh
-    from dbt_ivm.postgres.runner import PostgresBackend, _program, compile_query
+    from dbt_ivm.postgres.runner import PostgresBackend, compile_query
     from tests.postgres.streams import make_spec
 
     keyless = "SELECT customer, amount FROM orders"  # multiset layout: rows and ops temp tables

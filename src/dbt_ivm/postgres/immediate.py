@@ -476,7 +476,7 @@ def storage(db: Db, stream_table: str, sources: list[TableInfo]) -> object:
 
 def digest(inputs: str) -> str:
     """What an installed function is compared by: the digest of what it was rendered from
-    (runner._immediate_digest) and the version of this module."""
+    (installed.immediate_digest) and the version of this module."""
     return hashlib.sha256(f"{IMMEDIATE_VERSION}\n{inputs}".encode()).hexdigest()
 
 
