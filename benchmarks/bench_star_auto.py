@@ -15,17 +15,15 @@ import argparse
 import random
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pg_support import fresh_database, markdown_table, start_server
+from pg_support import markdown_table, scratch_database
 from tests.oracle import differences
 
-from dbt_ivm.embedded import postgres_server
 from dbt_ivm.postgres.runner import run_stream_table
 from dbt_ivm.spec import StreamTableSpec
 
@@ -106,11 +104,7 @@ def main() -> int:
     parser.add_argument("--sales", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="bench_star_")) / "pg"
-    server = start_server(data)
-    try:
-        conn = fresh_database(server, "star")
-        conn.autocommit = True
+    with scratch_database("star") as (_, conn):
         load(conn, args.sales)
         actions: dict[str, list[str]] = {name: [] for name in QUERIES}
         specs = {
@@ -139,8 +133,6 @@ def main() -> int:
         print(f"\nqueries refreshed differentially in every round: {always} of {len(QUERIES)}")
         print(f"stream tables differing from their query: {', '.join(wrong) or 'none'}")
         return 1 if wrong else 0
-    finally:
-        postgres_server.stop(data)
 
 
 if __name__ == "__main__":

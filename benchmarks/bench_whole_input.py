@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pg_support import (
     fmt_seconds,
-    fresh_database,
     machine_description,
     markdown_table,
     median,
-    start_server,
+    scratch_database,
     timed,
 )
 from tests.oracle import differences
 
-from dbt_ivm.embedded import postgres_server
 from dbt_ivm.postgres.runner import run_stream_table
 from dbt_ivm.spec import StreamTableSpec
 
@@ -84,11 +81,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--png", help="draw the medians into this PNG")
     args = parser.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="bench_whole_input_")) / "pg"
-    server = start_server(data)
-    try:
-        conn = fresh_database(server, "whole_input")
-        conn.autocommit = True
+    with scratch_database("whole_input") as (server, conn):
         load(conn, args.orders)
         specs = {
             (name, mode): StreamTableSpec(
@@ -123,8 +116,6 @@ def main() -> int:
         if args.png:
             _plot(args.png, seconds)
         return 1 if wrong else 0
-    finally:
-        postgres_server.stop(data)
 
 
 def _plot(path: str, seconds: dict[tuple[str, str], list[float]]) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,18 @@ def fresh_database(server: postgres_server.PgServer, name: str) -> Any:
         cur.execute(f'CREATE DATABASE "{name}"')
     admin.close()
     return connect(server.dsn(name))
+
+
+@contextmanager
+def scratch_database(name: str) -> Iterator[tuple[postgres_server.PgServer, Any]]:
+    """A server on a new temporary cluster and an autocommit connection to a fresh database `name`
+    on it; the server is stopped afterwards."""
+    data = Path(tempfile.mkdtemp(prefix=f"bench_{name}_")) / "pg"
+    server = start_server(data)
+    try:
+        yield server, fresh_database(server, name)
+    finally:
+        postgres_server.stop(data)
 
 
 def drop_database(server: postgres_server.PgServer, name: str) -> None:

@@ -67,7 +67,8 @@ class Steps(Protocol[Source, Delta]):
         ...
 
     def full_reason(self) -> str | None:
-        """Why this refresh is FULL whatever its batch holds (None: the batch decides)."""
+        """Why this refresh is FULL whatever its batch holds (None: the batch decides). The refresh's
+        first look at its sources: a backend also prepares here what the later steps read."""
         ...
 
     def pending(self) -> Batch[Source]:

@@ -146,7 +146,7 @@ def test_two_refreshes_in_one_transaction_keep_their_temp_tables_apart(shop: Any
             assert registered is not None
             compiled = compile_query(db, backend.spec, sql)
             program = functools.partial(_program, db, backend.spec, compiled, sql)
-            steps = PostgresRefresh(backend, db, compiled, sql, registered, None, program)
+            steps = PostgresRefresh(backend, db, compiled, sql, registered, None, program, backend.started)
             refreshed = refresh.refresh(steps)
             assert refreshed.action in ("DIFFERENTIAL", "SKIP")
     assert_matches_query(shop, "public", "totals", TOTALS)

@@ -113,12 +113,9 @@ def _immediate_function(
 def program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> procedure.Program:
     """What `CALL refresh` runs for `spec` (postgres.procedure): the statements IMMEDIATE mode renders
     for changes kept in pending tables, which it fills from the change buffers."""
-    key, table, target = _key(spec), _table(spec), compiled.target
-    captured = spec.refresh_mode != "full" and compiled.plan is not None
-    sources = compiled.sources if captured else []
     program = functools.partial(
         procedure.Program,
-        stream_table=key,
+        stream_table=_key(spec),
         model=spec.model,
         relation=_relation(spec),
         fingerprint=lifecycle.fingerprint(sql),
@@ -126,44 +123,47 @@ def program(db: Db, spec: StreamTableSpec, compiled: Compiled, sql: str) -> proc
         functions=compiled.functions,
     )
     if compiled.plan is None or compiled.layout is None:
-        layout, contents = contents_of(compiled, sql)
-        assert isinstance(contents, pg_apply.TextRelation)  # the query as written
-        full = immediate_sql.apply_statement(layout, full_delta(table, layout, contents.table), table, target)
-        return program(
-            sources=[],
-            statements=None,
-            full=pg_apply.render(full, contents),
-            static_full_reason=str(compiled.unsupported),
-            whole_input_reason=None,
-        )
+        return _recomputing(program, spec, compiled, sql, str(compiled.unsupported))
     try:
         with budget.bounded():
-            return _program_of_statements(db, spec, compiled, program, sources, captured)
+            return _program_of_statements(db, spec, compiled, program)
     except budget.TooManyTerms as too_many:
         # CALL refresh recomputes; the engine builds the delta of the sources each batch changed.
-        layout, contents = contents_of(compiled, sql)
-        assert isinstance(contents, exp.Query)  # a maintainable query: the engine built its contents
-        full = immediate_sql.apply_statement(layout, full_delta(table, layout, contents), table, target)
-        return program(
-            sources=[],
-            statements=None,
-            full=pg_apply.render(full),
-            static_full_reason=f"model {spec.model}: {too_many}",
-            whole_input_reason=None,
-        )
+        return _recomputing(program, spec, compiled, sql, f"model {spec.model}: {too_many}")
+
+
+def _recomputing(
+    program: Callable[..., procedure.Program],
+    spec: StreamTableSpec,
+    compiled: Compiled,
+    sql: str,
+    reason: str,
+) -> procedure.Program:
+    """A program that recomputes at every refresh, saying `reason`: the engine's contents, or the
+    query as written when it is not maintainable."""
+    table = _table(spec)
+    layout, contents = contents_of(compiled, sql)
+    written = contents if isinstance(contents, pg_apply.TextRelation) else None
+    relation = written.table if written is not None else contents
+    assert isinstance(relation, exp.Expr)
+    full = immediate_sql.apply_statement(layout, full_delta(table, layout, relation), table, compiled.target)
+    return program(
+        sources=[],
+        statements=None,
+        full=pg_apply.render(full, written),
+        static_full_reason=reason,
+        whole_input_reason=None,
+    )
 
 
 def _program_of_statements(
-    db: Db,
-    spec: StreamTableSpec,
-    compiled: Compiled,
-    program: Callable[..., procedure.Program],
-    sources: list[TableInfo],
-    captured: bool,
+    db: Db, spec: StreamTableSpec, compiled: Compiled, program: Callable[..., procedure.Program]
 ) -> procedure.Program:
     """The program of a maintainable query: its statements for the changes of any of its sources."""
     assert compiled.plan is not None and compiled.layout is not None
     key, table, target = _key(spec), _table(spec), compiled.target
+    captured = spec.refresh_mode != "full"  # else the sources keep no change buffers for it
+    sources = compiled.sources if captured else []
     virtual = [capture.virtual_columns(db, s) for s in sources]
     # A batch's changes are copied, netted and analyzed with only the columns the query reads (a
     # virtual column's expression may name any column: such a source keeps them all).

@@ -66,11 +66,12 @@ class PostgresRefresh(Steps[TableInfo, PostgresDelta]):
         registered: registry.Registered,
         functions_version: int | None,
         program: Callable[[], procedure.Program],
+        started: float,
     ) -> None:
         self.backend, self.db, self.spec = backend, db, backend.spec
         self.compiled, self.sql, self.registered = compiled, sql, registered
-        self.functions_version, self.program = functions_version, program
-        self.started = getattr(backend, "started", 0.0)
+        self.functions_version, self.program, self.started = functions_version, program, started
+        self._rebuild = rebuild_reason(compiled, registered)
         self.gaps: list[capture.ReplicaGap] = []
         self.current: registry.Registered | None = None
         self.jit: str | None = None  # the session's JIT setting while deltas run without it
@@ -79,14 +80,14 @@ class PostgresRefresh(Steps[TableInfo, PostgresDelta]):
 
     def capture_lost(self) -> bool:
         """Whether a source's capture must be installed again first (in its own transaction)."""
-        if self.rebuild_reason() is not None:
+        if self._rebuild is not None:
             return False
         inspections = inspect_capture(self.db, self.spec, self.compiled)
         self.gaps = [i.replica_gap for i in inspections if i.replica_gap is not None]
         return any(i.reinstall_reason for i in inspections)
 
     def rebuild_reason(self) -> str | None:
-        return rebuild_reason(self.compiled, self.registered)
+        return self._rebuild
 
     def rebuild(self, reason: str) -> RefreshResult:
         raise Rebuild(reason)

@@ -311,6 +311,7 @@ class PostgresBackend:
                         registered,
                         self._functions_version,
                         functools.partial(installed.program, db, spec, compiled, sql),
+                        self.started,
                     )
                     result = None if steps.capture_lost() else refresh.refresh(steps)
             except Rebuild as rebuild:
