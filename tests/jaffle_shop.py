@@ -15,6 +15,9 @@ import random
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, Protocol
+
+import yaml  # type: ignore[import-untyped, unused-ignore]
 
 PROJECT = Path(__file__).resolve().parents[1] / "integration_tests" / "jaffle_shop"
 MARTS = ("customers", "orders")
@@ -24,6 +27,62 @@ PAYMENT_METHODS = ("credit_card", "coupon", "bank_transfer", "gift_card")
 FIRST_NAMES = ("Ada", "Grace", "Alan", "Edsger", "Barbara", "Ken", "Frances", "Niklaus", "Radia", "Tony")
 ROWS_PER_INSERT = 2_000
 FIRST_DAY = datetime.date(2018, 1, 1)
+STREAM_MARTS = "{marts: stream_table, refresh_mode: differential}"
+
+
+class Warehouse(Protocol):
+    """What the suite's run of the project needs from one engine."""
+
+    def write(self, statements: list[str]) -> None: ...
+
+    def assert_matches_query(self, name: str, sql: str, context: str) -> None: ...
+
+    def newest_refresh(self) -> int:
+        """The largest refresh_id in the refresh history (0 before any)."""
+        ...
+
+    def actions_since(self, refresh_id: int) -> dict[str, str]:
+        """Table name → action of each refresh recorded after `refresh_id`."""
+        ...
+
+
+def follow_days(project: Path, warehouse: Warehouse, shop: Shop, days: int = 3) -> None:
+    """Seed and grow the shop, create its marts as differential stream tables, then run `days` batches:
+    after each `dbt run` every mart equals its compiled query and was refreshed differentially; the
+    project's own schema tests pass at the end."""
+
+    def assert_marts_match(context: str) -> None:
+        for mart in MARTS:
+            warehouse.assert_matches_query(mart, compiled_sql(mart, project), context)
+
+    dbt(project, "seed")
+    warehouse.write(shop.grow(customers=150, orders=600))
+    dbt(project, "run", "--vars", STREAM_MARTS)
+    assert_marts_match("after the creating run")
+    for day in range(1, days + 1):
+        before = warehouse.newest_refresh()
+        warehouse.write(shop.batch(0.02))
+        dbt(project, "run", "--vars", STREAM_MARTS)
+        assert_marts_match(f"after day {day}")
+        assert warehouse.actions_since(before) == dict.fromkeys(MARTS, "DIFFERENTIAL"), f"day {day}"
+    dbt(project, "test")
+
+
+def dbt(project: Path, *args: str) -> Any:
+    """One in-process dbt invocation in `project` (profiles.yml there), which must succeed."""
+    from dbt.cli.main import dbtRunner
+
+    result = dbtRunner().invoke(
+        [*args, "--project-dir", str(project), "--profiles-dir", str(project), "--quiet"]
+    )
+    if not result.success:
+        raise AssertionError(f"dbt {' '.join(args)} failed: {result.exception}")
+    return result.result
+
+
+def write_profile(project: Path, output: dict[str, Any]) -> None:
+    profiles = {"jaffle_shop": {"target": "default", "outputs": {"default": output}}}
+    (project / "profiles.yml").write_text(yaml.safe_dump(profiles))
 
 
 def copy_project(directory: Path) -> Path:
