@@ -3,8 +3,8 @@
 The project (`integration_tests/jaffle_shop`) is seeded by dbt with its own small CSVs; `Shop` then
 grows the three raw tables to any size and writes batches of new, changed and deleted orders,
 payments and customers, as SQL both PostgreSQL and Spark SQL accept. It remembers which ids exist, so
-it never reads the database. The suite (tests/postgres/test_jaffle_shop.py,
-tests/spark/test_jaffle_shop.py) and benchmarks/bench_jaffle_shop.py share it.
+it never reads the database. The suite (integration_tests/tests/postgres/test_postgres_jaffle_shop.py,
+integration_tests/tests/spark/test_spark_jaffle_shop.py) and benchmarks/bench_jaffle_shop.py share it.
 """
 
 from __future__ import annotations
