@@ -10,8 +10,10 @@ of a small table. The backend measures what it can and `choose` weighs it:
   FULL refreshes and of the seconds recent CREATEs and REBUILDs took to compute their contents
   (their planning and installing are no part of a FULL refresh). Seconds measured on this very table are the best evidence, so
   they decide whenever there are some of both kinds.
-- **planner** (PostgreSQL): the planner's total cost of what each path computes, in the planner's
-  units; it decides when history cannot. FULL's measured seconds per planner unit turn the
+- **planner** (PostgreSQL, where the engine builds the batch's delta anyway: a stream table whose
+  refresh function cannot apply it, e.g. one with user triggers): the planner's total cost of what
+  each path computes, in the planner's units; it decides when history cannot. Elsewhere a stream
+  table's first batch under the threshold is measured, not priced (`differential_limit`). FULL's measured seconds per planner unit turn the
   differential's extra units into seconds (at most `MAX_SECONDS_PER_UNIT` each: a small table's FULL
   time is mostly the fixed cost both paths pay, which its few units would otherwise each carry a
   share of), and that estimate is recorded with the refresh. An estimate is a prior, not a
@@ -230,8 +232,10 @@ def choose(changes: int, history: Sequence[PastRefresh], planner: PlannerCosts |
 def differential_limit(history: Sequence[PastRefresh], ceiling: int) -> int:
     """The largest batch `choose` keeps differential on `history` alone, up to `ceiling`: a backend
     that applies batches with statements planned earlier applies one this large or smaller without
-    asking the planner (0: measured history cannot tell, the planner must price the batch). `choose`
-    never prefers FULL for fewer changes than a batch it keeps differential, so a search finds it.
+    planning or pricing it. `choose` never prefers FULL for fewer changes than a batch it keeps
+    differential, so a search finds it. With no differential refresh measured yet, `choose` keeps
+    any batch differential (the threshold rule stands): the first one under the threshold is measured,
+    not priced by a planner's estimate (which was off 60-fold on a tiny delta, issue 60).
 
     >>> history = [PastRefresh("DIFFERENTIAL", 3.0, 1000), PastRefresh("CREATE", 1.0)]
     >>> differential_limit(history, 10**9)  # 3 s per 1000 changes, FULL 1 s: FULL saves 1 s from 667
@@ -240,12 +244,9 @@ def differential_limit(history: Sequence[PastRefresh], ceiling: int) -> int:
     ('DIFFERENTIAL', 'FULL')
     >>> differential_limit([PastRefresh("DIFFERENTIAL", 0.05, 10), PastRefresh("CREATE", 1.0)], 10**9)
     1000000000
-    >>> differential_limit([PastRefresh("CREATE", 1.0)], 10**9)  # nothing measured: the planner decides
-    0
+    >>> differential_limit([PastRefresh("CREATE", 1.0)], 10**9)  # nothing measured: measure one
+    1000000000
     """
-    differential, full = _samples(history)
-    if not differential or not full or differential[0].estimated:
-        return 0
     if choose(ceiling, history).action == "DIFFERENTIAL":
         return ceiling
     kept, recomputed = 0, ceiling  # choose(kept) is DIFFERENTIAL, choose(recomputed) FULL

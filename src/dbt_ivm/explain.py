@@ -209,22 +209,20 @@ def forecast(
     changes: int,
     rows_read: float,
     history: Sequence[cost.PastRefresh],
-    planner_prices: bool,
 ) -> Explanation:
     """`explanation` with what `auto` would do with a batch of `changes` changed rows: `rows_read`
     is what a recompute reads now (every source's rows), `history` the stream table's recent
-    refreshes (none before it is created), `planner_prices` whether the backend prices a batch with
-    its planner when history cannot decide (PostgreSQL).
+    refreshes (none before it is created).
 
     >>> from dbt_ivm.cost import PastRefresh
     >>> spec = StreamTableSpec(model="m", schema="s", name="m", sql="select 1")
     >>> known = Explanation(True, None, sources=["public.orders"])
-    >>> print(forecast(known, spec, 600, 1000.0, [], True).batch.text())
+    >>> print(forecast(known, spec, 600, 1000.0, []).batch.text())
     a batch of 600 changed rows: FULL: 600 changes to public.orders exceed full_refresh_threshold=0.5 of the ~1000 rows the query reads
-    >>> print(forecast(known, spec, 10, 1000.0, [], False).batch.text())
-    a batch of 10 changed rows: DIFFERENTIAL: within full_refresh_threshold=0.5 of the ~1000 rows the query reads; nothing measured yet, so the threshold decides
+    >>> print(forecast(known, spec, 10, 1000.0, []).batch.text())
+    a batch of 10 changed rows: DIFFERENTIAL: within full_refresh_threshold=0.5 of the ~1000 rows the query reads; nothing measured yet: the threshold decides, and the refresh measures
     >>> past = [PastRefresh("DIFFERENTIAL", 4.1, 10), PastRefresh("FULL", 1.2)]
-    >>> forecast(known, spec, 10, 1000.0, past, True).batch.action
+    >>> forecast(known, spec, 10, 1000.0, past).batch.action
     'FULL'
     """
     spec = replace(spec, refresh_mode="auto")
@@ -238,9 +236,5 @@ def forecast(
     if cost.history_decides(history):
         choice = cost.choose(changes, history)
         return replace(explanation, batch=Forecast(changes, choice.action, f"{within}; {choice.reason}"))
-    then = (
-        "the planner prices the delta against a recompute when the batch comes"
-        if planner_prices
-        else "nothing measured yet, so the threshold decides"
-    )
+    then = "nothing measured yet: the threshold decides, and the refresh measures"
     return replace(explanation, batch=Forecast(changes, "DIFFERENTIAL", f"{within}; {then}"))

@@ -518,10 +518,10 @@ def test_a_sums_non_null_count_is_recounted_only_in_doubt(pg_conn: Any) -> None:
     _rebuilt_for_its_layout(pg_conn, "totals", streams["totals"])
 
 
-def _forget_measured_refreshes(conn: Any) -> None:
-    """Without a measured differential refresh AUTO's batch is built by the engine (the planner prices
-    it); with one, the stream table's refresh function applies a batch history keeps differential."""
-    execute(conn, f"DELETE FROM {CATALOG}.refresh_history WHERE action = 'DIFFERENTIAL'")
+def _leave_batches_to_the_engine(conn: Any) -> None:
+    """As if the installed refresh functions were an earlier version's: the engine builds the next
+    batch's delta itself (and installs them anew), as it does where they cannot apply a batch."""
+    execute(conn, f"UPDATE {CATALOG}.refresh_procedures SET version = 0")
 
 
 def test_an_append_decides_no_doubt(pg_conn: Any, pg_dsn: str) -> None:
@@ -541,11 +541,12 @@ def test_an_append_decides_no_doubt(pg_conn: Any, pg_dsn: str) -> None:
     }
     for batch, decided in batches.items():
         execute(pg_conn, batch)
-        _forget_measured_refreshes(pg_conn)
+        _leave_batches_to_the_engine(pg_conn)
         with recording_connection(pg_dsn) as conn:
             result = refresh_and_check(conn, "sums", sql, batch)  # AUTO: built by the engine, not a function
             assert result.action == "DIFFERENTIAL", result.summary()
-            assert any("__ivm_in_doubt" in s for s in conn.statements) == decided, batch
+            run = [s for s in conn.statements if "CREATE OR REPLACE FUNCTION" not in s]  # not the reinstall
+            assert any("__ivm_in_doubt" in s for s in run) == decided, batch
 
 
 def test_a_group_a_joins_delta_adds_and_takes_back_is_no_row(pg_conn: Any) -> None:
@@ -683,7 +684,7 @@ def test_a_sum_over_one_table_reads_its_changes_unnetted(pg_conn: Any, pg_dsn: s
     ]
     for batch in batches:
         execute(pg_conn, f"BEGIN; {batch}; COMMIT")
-        _forget_measured_refreshes(pg_conn)
+        _leave_batches_to_the_engine(pg_conn)
         for name, (sql, mode, netted) in streams.items():
             with recording_connection(pg_dsn) as conn:
                 result = refresh_and_check(conn, name, sql, batch, refresh_mode=mode)

@@ -337,15 +337,19 @@ def test_odd_identifiers(pg_conn: Any) -> None:
 
 
 @pytest.mark.server_version
-def test_auto_batches_stay_the_engines(shop: Any) -> None:
-    """The engine lets the function apply batches under refresh_mode='differential' only: under AUTO
-    it weighs every batch itself and says why (the function records only runs that find nothing)."""
+def test_auto_batches_are_the_functions_until_history_says_full(shop: Any) -> None:
+    """Under AUTO the function applies any batch while no differential refresh is measured (the
+    threshold decides: no reason), then every batch measured history keeps differential, with
+    history's numbers as the reason."""
     refresh(shop, "auto_totals", TOTALS)
+    reasons = []
     for new_id in (21, 22):
         execute(shop, f"INSERT INTO orders VALUES ({new_id}, 'c1', 5)")
         done = refresh(shop, "auto_totals", TOTALS)
-        assert done.action == "DIFFERENTIAL" and done.reason is not None, done.summary()
+        assert done.action == "DIFFERENTIAL", done.summary()
+        reasons.append(done.reason)
         assert_matches_query(shop, "public", "auto_totals", TOTALS, done.summary())
+    assert reasons[0] is None and "history: differential" in (reasons[1] or ""), reasons
     assert refresh(shop, "auto_totals", TOTALS).action == "SKIP"
 
 

@@ -47,8 +47,10 @@ def refresh_lock_key(stream_table: str) -> str:
 def batch_limit(refresh_mode: str, history: Sequence[cost.PastRefresh]) -> int:
     """The most changes the refresh function may apply for the engine: any batch when the mode is
     differential; under AUTO, the largest batch the stream table's measured `history` keeps
-    differential (dbt_ivm.cost), so a batch AUTO would apply anyway runs the statements planned at
-    the last install, without planning; none otherwise (the engine decides, and plans)."""
+    differential (dbt_ivm.cost: any batch while no differential refresh is measured), so a batch
+    AUTO would apply anyway runs the statements planned at the last install, without planning; none
+    otherwise (the engine decides, and plans). The function leaves a batch past
+    `full_refresh_threshold` to the engine whatever the limit."""
     if refresh_mode == "differential":
         return UNBOUNDED_BATCH
     if refresh_mode == "auto":

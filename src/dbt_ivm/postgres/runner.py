@@ -440,4 +440,4 @@ def explain(connection: object, spec: StreamTableSpec, changes: int | None = Non
             "SELECT to_regclass(%s) IS NOT NULL", (qn(spec.catalog_schema, "refresh_history"),)
         )
         history = in_database.recent_refreshes(db, spec.catalog_schema, _key(spec)) if recorded else []
-    return forecast(explanation, spec, changes, read, history, planner_prices=True)
+    return forecast(explanation, spec, changes, read, history)

@@ -293,4 +293,4 @@ def explain(spark: Any, spec: StreamTableSpec, changes: int | None = None) -> Ex
     rows_read = source_changes.rows_read(spark, auto, compiled.sources, ends)
     recorded = spark.catalog.tableExists(f"{bt(spec.catalog_schema)}.{bt('refresh_history')}")
     history = registry.recent_refreshes(spark, spec.catalog_schema, _key(spec)) if recorded else []
-    return forecast(explanation, spec, changes, rows_read, history, planner_prices=False)
+    return forecast(explanation, spec, changes, rows_read, history)
