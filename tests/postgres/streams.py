@@ -105,6 +105,14 @@ def history(conn: Any, name: str) -> list[dict[str, Any]]:
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
+def leave_batches_to_the_engine(conn: Any) -> None:
+    """As if the installed refresh functions were an earlier version's: the engine builds the next
+    batch's delta itself (and installs them anew), as it does where they cannot apply a batch (a test
+    of what the engine's statements do, under refresh_mode='auto' whose first batch a function would
+    otherwise apply)."""
+    execute(conn, f"UPDATE {CATALOG}.refresh_procedures SET version = 0")
+
+
 def buffer_of(conn: Any, source: str) -> str:
     """The change buffer (schema-qualified, quoted) of a source table, e.g. 'public.orders'."""
     table = value(conn, f"SELECT buffer_table FROM {CATALOG}.change_buffers WHERE source = %s", (source,))

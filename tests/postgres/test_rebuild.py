@@ -18,6 +18,7 @@ from tests.postgres.streams import (
     CATALOG,
     execute,
     is_apply,
+    leave_batches_to_the_engine,
     recording_connection,
     refresh,
     refresh_and_check,
@@ -518,12 +519,6 @@ def test_a_sums_non_null_count_is_recounted_only_in_doubt(pg_conn: Any) -> None:
     _rebuilt_for_its_layout(pg_conn, "totals", streams["totals"])
 
 
-def _leave_batches_to_the_engine(conn: Any) -> None:
-    """As if the installed refresh functions were an earlier version's: the engine builds the next
-    batch's delta itself (and installs them anew), as it does where they cannot apply a batch."""
-    execute(conn, f"UPDATE {CATALOG}.refresh_procedures SET version = 0")
-
-
 def test_an_append_decides_no_doubt(pg_conn: Any, pg_dsn: str) -> None:
     """A batch that only inserts into the aggregate's source can empty no group: no group's doubt is
     decided (no stored row is looked at for it); a batch that deletes does decide it. Both stay
@@ -541,7 +536,7 @@ def test_an_append_decides_no_doubt(pg_conn: Any, pg_dsn: str) -> None:
     }
     for batch, decided in batches.items():
         execute(pg_conn, batch)
-        _leave_batches_to_the_engine(pg_conn)
+        leave_batches_to_the_engine(pg_conn)
         with recording_connection(pg_dsn) as conn:
             result = refresh_and_check(conn, "sums", sql, batch)  # AUTO: built by the engine, not a function
             assert result.action == "DIFFERENTIAL", result.summary()
@@ -684,7 +679,7 @@ def test_a_sum_over_one_table_reads_its_changes_unnetted(pg_conn: Any, pg_dsn: s
     ]
     for batch in batches:
         execute(pg_conn, f"BEGIN; {batch}; COMMIT")
-        _leave_batches_to_the_engine(pg_conn)
+        leave_batches_to_the_engine(pg_conn)
         for name, (sql, mode, netted) in streams.items():
             with recording_connection(pg_dsn) as conn:
                 result = refresh_and_check(conn, name, sql, batch, refresh_mode=mode)
