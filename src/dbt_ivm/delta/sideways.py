@@ -55,6 +55,21 @@ supplier through the suppliers of that nation.
 (['n', 's'], ((0, 's_suppkey'),))
 >>> restriction(found, per_supplier.plan, lambda r, alias: exp.to_table(r.item.table.name).as_(alias)).sql()
 'EXISTS(SELECT 1 FROM nation AS __ivm_reach CROSS JOIN supplier AS __ivm_reach1 WHERE "__ivm_reach"."n_nationkey" = "__ivm_reach1"."s_nationkey" AND "__ivm_reach1"."s_suppkey" = li.l_suppkey)'
+
+Another subquery's change (its pinned rows, few) narrows it too: a change to the orders per customer
+reaches only those customers' payments (jaffle_shop's `customers`: 285 → 76 ms at 200,000 orders).
+
+>>> def per_customer(n, alias, table):
+...     grouped = Aggregate(Scan(n + 1, table, TableInfo("public", table, ())),
+...         (exp.column("customer_id", table),), (), (Output("customer_id", exp.column("__ivm_g0")),), ())
+...     return Derived(n, alias, grouped)
+>>> orders, payments = per_customer(8, "o", "orders"), per_customer(10, "p", "payments")
+>>> customers = Scan(12, "c", TableInfo("public", "customers", ()))
+>>> term = Term((Read(customers, "current"), Read(orders, "delta"), Read(payments, "current")),
+...     predicates=(exp.condition("c.id = o.customer_id AND c.id = p.customer_id"),))
+>>> found = reachable_groups(term, term.reads[2])
+>>> [r.item.alias for r in found.path], found.keys
+(['o'], ((0, 'customer_id'),))
 """
 
 from __future__ import annotations
@@ -107,7 +122,7 @@ def reachable_groups(term: Term, read: Read) -> Reachable | None:
         for r in term.reads
         if r is not read
         and r.mode != "null"
-        and not isinstance(r.item, Derived)
+        and (not isinstance(r.item, Derived) or r.mode == "delta")  # a subquery's change: few rows
         and aliases.count(r.item.alias) == 1
     }
     if item.alias not in aliases or aliases.count(item.alias) != 1:
