@@ -1,9 +1,10 @@
-"""dbt-labs' classic jaffle_shop at scale on the embedded PostgreSQL 18 (issue 60): its marts as `table`
-models, as stream tables under `auto`, and as stream tables under `refresh_mode='differential'`, each
-in its own database on one server, fed the same rows and the same batches.
+"""dbt-labs' classic jaffle_shop at scale (issue 60): its marts as `table` models, as stream tables
+under `auto`, and as stream tables under `refresh_mode='differential'`, each in its own database
+(PostgreSQL: on one embedded PostgreSQL 18 server) or schema (Spark: in one embedded Spark + Iceberg
+session), fed the same rows and the same batches.
 
-    python benchmarks/bench_jaffle_shop.py [--orders 200000] [--fraction 0.005] [--days 3]
-        [--png docs/img/bench_jaffle_shop.png]
+    python benchmarks/bench_jaffle_shop.py [--engine postgres|spark] [--orders 200000]
+        [--fraction 0.005] [--days 3] [--png docs/img/bench_jaffle_shop.png]
 
 First the creating `dbt run`, then per day one batch (tests/jaffle_shop.Shop.batch: new orders and
 payments, status changes, corrected payments, deleted orders, new and renamed customers) and a
@@ -36,6 +37,7 @@ from tests.oracle import assert_matches_query
 from tests import jaffle_shop
 
 SCHEMA = "jaffle"
+RAW_TABLES = ("raw_customers", "raw_orders", "raw_payments")
 VARIANTS = {
     "table": "{marts: table}",
     "auto": "{marts: stream_table, refresh_mode: auto}",
@@ -44,20 +46,11 @@ VARIANTS = {
 
 
 class Project:
-    def __init__(self, root: Path, variant: str, server: Any) -> None:
-        self.variant = variant
-        self.database = f"jaffle_{variant}"
-        self.conn = fresh_database(server, self.database)
-        self.path = jaffle_shop.copy_project(root / variant)
-        output = {"type": "ivm_postgres", "host": server.host, "port": server.port, "user": server.user}
-        output |= {"pass": "", "dbname": self.database, "schema": SCHEMA, "threads": 1}
-        jaffle_shop.write_profile(self.path, output)
+    """One copy of the project, its marts materialized as `variant`."""
 
-    def write(self, statements: list[str]) -> None:
-        with self.conn.cursor() as cur:
-            for statement in statements:
-                cur.execute(statement)
-            cur.execute(f'ANALYZE "{SCHEMA}".raw_orders, "{SCHEMA}".raw_payments, "{SCHEMA}".raw_customers')
+    def __init__(self, root: Path, variant: str) -> None:
+        self.variant = variant
+        self.path = jaffle_shop.copy_project(root / variant)
 
     def run(self) -> tuple[float, dict[str, float]]:
         """Seconds of the whole `dbt run`, and each mart's seconds as dbt recorded them."""
@@ -67,22 +60,112 @@ class Project:
         marts = {r.node.name: r.execution_time for r in results.results if r.node.name in jaffle_shop.MARTS}
         return seconds, marts
 
+    def write(self, statements: list[str]) -> None:
+        raise NotImplementedError
+
+    def grow_like(self, first: Project, growth: list[str]) -> None:
+        """The rows `growth` gave `first`'s raw tables, in this project's."""
+        self.write(growth)
+
+    def retargeted(self, statement: str, first: Project) -> str:
+        """`statement`, written for `first`'s raw tables, for this project's."""
+        return statement
+
+    def raw(self, name: str) -> str:
+        raise NotImplementedError
+
+    def history(self, since: int) -> list[tuple[int, str, str]]:
+        """(refresh id, table, action) of the refreshes recorded after `since`."""
+        raise NotImplementedError
+
+    def assert_marts_match(self) -> None:
+        raise NotImplementedError
+
+    def newest_refresh(self) -> int:
+        found = self.history(-1) if self.variant != "table" else []
+        return max((refresh for refresh, _, _ in found), default=0)
+
     def actions(self, since: int) -> dict[str, str]:
         if self.variant == "table":
             return {}
+        return {table.split(".")[-1]: action for _, table, action in self.history(since)}
+
+
+class PostgresProject(Project):
+    def __init__(self, root: Path, variant: str, server: Any) -> None:
+        super().__init__(root, variant)
+        self.database = f"jaffle_{variant}"
+        self.conn = fresh_database(server, self.database)
+        output = {"type": "ivm_postgres", "host": server.host, "port": server.port, "user": server.user}
+        output |= {"pass": "", "dbname": self.database, "schema": SCHEMA, "threads": 1}
+        jaffle_shop.write_profile(self.path, output)
+
+    def raw(self, name: str) -> str:
+        return f'"{SCHEMA}"."{name}"'
+
+    def write(self, statements: list[str]) -> None:
+        with self.conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+            cur.execute(
+                f"ANALYZE {self.raw('raw_orders')}, {self.raw('raw_payments')}, {self.raw('raw_customers')}"
+            )
+
+    def history(self, since: int) -> list[tuple[int, str, str]]:
         with self.conn.cursor() as cur:
             cur.execute(
-                "SELECT stream_table, action FROM dbt_ivm.refresh_history WHERE refresh_id > %s ORDER BY refresh_id",
+                "SELECT refresh_id, stream_table, action FROM dbt_ivm.refresh_history WHERE refresh_id > %s "
+                "ORDER BY refresh_id",
                 (since,),
             )
-            return {table.split(".")[-1]: action for table, action in cur.fetchall()}
+            return list(cur.fetchall())
 
-    def newest_refresh(self) -> int:
-        if self.variant == "table":
-            return 0
-        with self.conn.cursor() as cur:
-            cur.execute("SELECT coalesce(max(refresh_id), 0) FROM dbt_ivm.refresh_history")
-            return int(cur.fetchone()[0])
+    def assert_marts_match(self) -> None:
+        for mart in jaffle_shop.MARTS:
+            assert_matches_query(self.conn, SCHEMA, mart, jaffle_shop.compiled_sql(mart, self.path))
+
+
+class SparkProject(Project):
+    """A schema of its own in the one embedded session (dbt's adapter starts it at the first run)."""
+
+    def __init__(self, root: Path, variant: str, warehouse: Path) -> None:
+        super().__init__(root, variant)
+        self.schema = f"jaffle_{variant}"
+        output = {"type": "ivm_spark", "method": "session", "warehouse": str(warehouse)}
+        jaffle_shop.write_profile(self.path, output | {"schema": self.schema, "threads": 1})
+
+    @property
+    def spark(self) -> Any:
+        from dbt_ivm.spark.session import existing_session
+
+        return existing_session()
+
+    def raw(self, name: str) -> str:
+        return f"{self.schema}.{name}"
+
+    def grow_like(self, first: Project, growth: list[str]) -> None:
+        # Copied: Spark parses a long VALUES list slowly.
+        self.write([f"INSERT OVERWRITE {self.raw(t)} SELECT * FROM {first.raw(t)}" for t in RAW_TABLES])
+
+    def retargeted(self, statement: str, first: Project) -> str:
+        return statement.replace(first.raw(""), self.raw(""))
+
+    def write(self, statements: list[str]) -> None:
+        for statement in statements:
+            self.spark.sql(statement)
+
+    def history(self, since: int) -> list[tuple[int, str, str]]:
+        rows = self.spark.sql(
+            "SELECT refresh_id, stream_table, action FROM dbt_ivm.refresh_history "
+            f"WHERE refresh_id > {since} AND stream_table LIKE '{self.schema}.%' ORDER BY refresh_id"
+        ).collect()
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    def assert_marts_match(self) -> None:
+        from tests.spark.oracle import assert_matches_query as spark_matches
+
+        for mart in jaffle_shop.MARTS:
+            spark_matches(self.spark, self.schema, mart, jaffle_shop.compiled_sql(mart, self.path))
 
 
 def row(label: str, samples: dict[str, list[tuple[float, dict[str, float]]]], variant: str) -> list[str]:
@@ -95,6 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--engine", choices=("postgres", "spark"), default="postgres")
     parser.add_argument("--orders", type=int, default=200_000)
     parser.add_argument("--fraction", type=float, default=0.005)
     parser.add_argument("--days", type=int, default=3)
@@ -102,39 +186,45 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-jaffle-") as scratch:
         root = Path(scratch)
-        server = start_server(root / "pg")
-        print(machine_description(server))
-        projects = [Project(root, variant, server) for variant in VARIANTS]
-        shop = jaffle_shop.Shop(lambda name: f'"{SCHEMA}"."{name}"')
-        growth = shop.grow(customers=args.orders // 10, orders=args.orders)
+        projects: list[Project]
+        if args.engine == "postgres":
+            server = start_server(root / "pg")
+            print(machine_description(server))
+            projects = [PostgresProject(root, variant, server) for variant in VARIANTS]
+        else:
+            projects = [SparkProject(root, variant, root / "warehouse") for variant in VARIANTS]
         for project in projects:
             jaffle_shop.dbt(project.path, "seed")
-            project.write(growth)
+        first = projects[0]
+        shop = jaffle_shop.Shop(first.raw)
+        growth = shop.grow(customers=args.orders // 10, orders=args.orders)
+        first.write(growth)
+        for project in projects[1:]:
+            project.grow_like(first, growth)
         print(
-            f"{shop.orders} orders, {len(shop.customers)} customers; a day changes {args.fraction:.1%} of orders"
+            f"{args.engine}: {shop.orders} orders, {len(shop.customers)} customers; a day changes {args.fraction:.1%} of orders"
         )
-        first = {p.variant: [p.run()] for p in projects}
+        created = {p.variant: [p.run()] for p in projects}
         days: dict[str, list[tuple[float, dict[str, float]]]] = {p.variant: [] for p in projects}
         actions: dict[str, list[dict[str, str]]] = {p.variant: [] for p in projects}
         for day in range(args.days):
             batch = shop.batch(args.fraction)
             for project in projects:
-                project.write(batch)
+                project.write([project.retargeted(statement, first) for statement in batch])
             order = projects[day % 3 :] + projects[: day % 3]
             for project in order:
                 before = project.newest_refresh()
                 days[project.variant].append(project.run())
                 actions[project.variant].append(project.actions(before))
         for project in projects[1:]:
-            for mart in jaffle_shop.MARTS:
-                assert_matches_query(project.conn, SCHEMA, mart, jaffle_shop.compiled_sql(mart, project.path))
+            project.assert_marts_match()
         header = ["run", "marts as", "whole dbt run", "marts", *jaffle_shop.MARTS]
-        lines = [row("first (create)", first, v) for v in VARIANTS]
+        lines = [row("first (create)", created, v) for v in VARIANTS]
         lines += [row(f"after a day (median of {args.days})", days, v) for v in VARIANTS]
         print(markdown_table(header, lines))
         for variant in ("auto", "differential"):
             print(f"{variant}: actions per day {actions[variant]}")
-        report_ratios(first, days)
+        report_ratios(created, days)
         if args.png:
             plot(days, args.png, args.days)
 
