@@ -69,12 +69,18 @@ def follow_days(project: Path, warehouse: Warehouse, shop: Shop, days: int = 3) 
 
 
 def dbt(project: Path, *args: str) -> Any:
-    """One in-process dbt invocation in `project` (profiles.yml there), which must succeed."""
+    """One in-process dbt invocation in `project` (profiles.yml there), which must succeed. Its
+    adapter is dropped afterwards: dbt keeps the first one registered per adapter type for the whole
+    process, and the suite's other dbt tests (dbt-tests-adapter's classes) would reuse this profile."""
+    from dbt.adapters.factory import reset_adapters
     from dbt.cli.main import dbtRunner
 
-    result = dbtRunner().invoke(
-        [*args, "--project-dir", str(project), "--profiles-dir", str(project), "--quiet"]
-    )
+    try:
+        result = dbtRunner().invoke(
+            [*args, "--project-dir", str(project), "--profiles-dir", str(project), "--quiet"]
+        )
+    finally:
+        reset_adapters()
     if not result.success:
         raise AssertionError(f"dbt {' '.join(args)} failed: {result.exception}")
     return result.result
