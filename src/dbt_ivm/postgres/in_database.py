@@ -149,10 +149,15 @@ def refresh_by_function(
             # AUTO's numbers on the history row the function just wrote, as the engine's refresh logs them.
             statements.insert(0, _reason_update(catalog))
             params.append(auto_reason)
+        # Last, the id of the history row the function wrote (the newest for the table: other
+        # refreshes of it wait on the lock, released by the same statement), for dbt's response.
+        newest = f"SELECT (SELECT max(refresh_id) FROM {qn(catalog, 'refresh_history')} WHERE stream_table = %s)"
+        params.append(stream_table)
         if unlock:
-            statements.append("SELECT pg_advisory_unlock(hashtext(%s))")
+            newest += ", pg_advisory_unlock(hashtext(%s))"
             params.append(lock)
-        db.execute("; ".join(statements), tuple(params) or None)
+        statements.append(newest)
+        refresh_id = db.value("; ".join(statements), tuple(params))
         released = unlock
     finally:
         if not locked and not released:
@@ -166,6 +171,7 @@ def refresh_by_function(
         seconds=time.monotonic() - started,
         reason=auto_reason or reason,
         changes_read=int(changes),
+        refresh_id=None if refresh_mode == "immediate" else refresh_id,  # immediate: none written
     )
 
 
