@@ -151,7 +151,9 @@ def refresh_by_function(
             params.append(auto_reason)
         # Last, the id of the history row the function wrote (the newest for the table: other
         # refreshes of it wait on the lock, released by the same statement), for dbt's response.
-        newest = f"SELECT (SELECT max(refresh_id) FROM {qn(catalog, 'refresh_history')} WHERE stream_table = %s)"
+        newest = (
+            f"SELECT (SELECT max(refresh_id) FROM {qn(catalog, 'refresh_history')} WHERE stream_table = %s)"
+        )
         params.append(stream_table)
         if unlock:
             newest += ", pg_advisory_unlock(hashtext(%s))"
