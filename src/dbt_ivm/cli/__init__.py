@@ -10,8 +10,9 @@ dbt-ivm drop SCHEMA.TABLE [--keep-table]
 dbt-ivm gc [--manifest target/manifest.json]   # unregister stream tables whose table (or model) is gone
 dbt-ivm refresh [SCHEMA.TABLE ...] [--watch SECONDS] [--json]   # without dbt, in dependency order
 dbt-ivm explain MODEL [--json]   # whether a model refreshes differentially, and how
+dbt-ivm report --html FILE [--refreshes 200]   # a page: the graph by state, refreshes over time
 
-Each of the last six takes [--catalog-schema dbt_ivm] and a connection: by default the dbt project's
+Each of the last seven takes [--catalog-schema dbt_ivm] and a connection: by default the dbt project's
 profile, found as dbt finds it ([--project-dir DIR] [--profiles-dir DIR] [--target NAME], or
 $DBT_PROJECT_DIR, $DBT_PROFILES_DIR, $DBT_TARGET: dbt_ivm.profiles). Given instead: PostgreSQL --dsn
 (else $DBT_IVM_PG_DSN; with no project either, libpq's defaults: PGHOST, PGPORT, PGUSER, ...); Spark
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from dbt_ivm.cli.commands import add_registration_commands
 from dbt_ivm.cli.explain import add_explain_command
 from dbt_ivm.cli.pg_server import add_pg_commands, postgres_output, write_profile
+from dbt_ivm.cli.report import add_report_command
 
 __all__ = ["build_parser", "main", "postgres_output", "write_profile"]
 
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pg_commands(commands)
     add_registration_commands(commands)
     add_explain_command(commands)
+    add_report_command(commands)
     return parser
 
 
