@@ -10,11 +10,16 @@ class IvmError(Exception):
 class UnsupportedQuery(IvmError):
     """The defining query uses something the delta algebra cannot maintain incrementally."""
 
-    def __init__(self, model: str, construct: str, fix: str = "") -> None:
+    def __init__(
+        self, model: str, construct: str, fix: str = "", position: tuple[int, int] | None = None
+    ) -> None:
         self.model = model
         self.construct = construct
         self.fix = fix
+        self.position = position  # (line, column) in the model's SQL as compiled, where known
         message = f"{construct} in model {model} is not supported incrementally"
+        if position is not None:
+            message += f" (line {position[0]}, column {position[1]} of its compiled SQL)"
         if fix:
             message += f"; {fix}"
         super().__init__(message)

@@ -16,6 +16,7 @@ from dbt_ivm.plan.nodes import (
     Output,
     Relation,
 )
+from dbt_ivm.plan.source_positions import position_of
 
 
 def is_aggregate(tree: exp.Select) -> bool:
@@ -99,7 +100,9 @@ def _agg_call(node: exp.Expr, calls: list[AggCall], model: str) -> AggCall:
     touches, over the columns it reads."""
     text = shown(node)
     if any(inner is not node and isinstance(inner, exp.AggFunc | exp.Window) for inner in _inside(node)):
-        raise UnsupportedQuery(model, f"nested aggregate `{text}`", "aggregate in a subquery first")
+        raise UnsupportedQuery(
+            model, f"nested aggregate `{text}`", "aggregate in a subquery first", position_of(node)
+        )
     function, condition = node, None
     if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
         function, condition = node.this, node.expression.this

@@ -61,6 +61,7 @@ from dbt_ivm.plan.nodes import (
 from dbt_ivm.plan.plain_subqueries import is_plain
 from dbt_ivm.plan.positions import in_truth_position
 from dbt_ivm.plan.row_counts import NoRowCount, row_count
+from dbt_ivm.plan.source_positions import position_of
 from dbt_ivm.plan.unknown_aggregates import refuse_unknown_aggregates
 from dbt_ivm.plan.volatility import refuse_nondeterministic, refuse_value_keywords
 from dbt_ivm.reserved import internal_columns
@@ -284,7 +285,10 @@ def _refuse_unsupported(tree: exp.Expr, model: str) -> None:
                     node is not tree or not isinstance(node, exp.Select | exp.SetOperation)
                 ):
                     raise UnsupportedQuery(
-                        model, f"`{construct}` in `{excerpt(node)}`", "keep LIMIT on the outermost SELECT"
+                        model,
+                        f"`{construct}` in `{excerpt(node)}`",
+                        "keep LIMIT on the outermost SELECT",
+                        position_of(node.args[clause]),
                     )
 
 
@@ -304,10 +308,14 @@ def _refuse_unmaintained_clauses(tree: exp.Expr, model: str) -> None:
         elif isinstance(node, exp.With) and node.args.get("recursive"):
             # Its body reads itself: inlined, the self-reference would be an unknown table.
             names = ", ".join(cte.alias_or_name for cte in node.expressions)
-            raise UnsupportedQuery(model, f"WITH RECURSIVE `{names}`", "use refresh_mode='full'")
+            raise UnsupportedQuery(
+                model, f"WITH RECURSIVE `{names}`", "use refresh_mode='full'", position_of(node)
+            )
         else:
             continue
-        raise UnsupportedQuery(model, f"{construct} `{excerpt(node.parent or node)}`", fix)
+        raise UnsupportedQuery(
+            model, f"{construct} `{excerpt(node.parent or node)}`", fix, position_of(node.parent or node)
+        )
 
 
 # Columns every table has beside its own, which qualify cannot find; their values change without a
@@ -374,8 +382,11 @@ class _Planner:
         self.positions = itertools.count()
         self.aliases = aliases  # shared with `setting.aliases`: one numbering
 
-    def refuse(self, construct: str, fix: str = "use refresh_mode='full'") -> NoReturn:
-        raise UnsupportedQuery(self.model, construct, fix)
+    def refuse(
+        self, construct: str, fix: str = "use refresh_mode='full'", at: exp.Expr | None = None
+    ) -> NoReturn:
+        """Refuse `construct`, pointing at where `at` stands in the model's SQL."""
+        raise UnsupportedQuery(self.model, construct, fix, position_of(at))
 
     def query(self, node: exp.Expr, names: tuple[str, ...] | None = None) -> Plan:
         while isinstance(node, exp.Subquery) and not node.alias:
@@ -385,7 +396,7 @@ class _Planner:
         if isinstance(node, exp.Values):
             return self.rows(node, names)
         if not isinstance(node, exp.Select):
-            self.refuse(f"`{excerpt(node)}`", "write a SELECT")
+            self.refuse(f"`{excerpt(node)}`", "write a SELECT", at=node)
         names = names or tuple(s.alias_or_name for s in node.selects)
         passes.rewrite_select(node, self.setting)
         rewritten = self.rewritten(node)
@@ -404,7 +415,7 @@ class _Planner:
         try:
             sets = rewrites.grouping_sets(node)
         except ValueError as error:
-            self.refuse(f"`{error}`", "name the groupings with GROUPING SETS")
+            self.refuse(f"`{error}`", "name the groupings with GROUPING SETS", at=node.args.get("group"))
         if sets is not None:
             if node.args.get("limit") or node.args.get("offset"):
                 return self.first_grouped_rows(node, sets)
@@ -415,9 +426,12 @@ class _Planner:
                 self.refuse(
                     "`DISTINCT ON` without `ORDER BY` (it keeps an arbitrary row per key)",
                     "add ORDER BY with the DISTINCT ON keys first, then what picks the row",
+                    at=node,
                 )
             if node.args.get("limit") or node.args.get("offset"):
-                self.refuse("`DISTINCT ON` with `LIMIT`", "limit in a downstream model")
+                self.refuse(
+                    "`DISTINCT ON` with `LIMIT`", "limit in a downstream model", at=node.args.get("limit")
+                )
             return rewrites.distinct_on_as_window(node)
         return None
 
@@ -446,17 +460,20 @@ class _Planner:
         """Window functions over the rest of the SELECT, planned as a subquery below them."""
         if node.args.get("distinct"):
             self.refuse(
-                "`DISTINCT` with window functions", "select DISTINCT from a subquery that computes them"
+                "`DISTINCT` with window functions",
+                "select DISTINCT from a subquery that computes them",
+                at=node,
             )
         for projection in node.selects:
             subquery = projection.find(exp.Subquery)
             if subquery is not None:
-                self.refuse(_subquery_form(subquery) + " beside window functions")
+                self.refuse(_subquery_form(subquery) + " beside window functions", at=subquery)
         multiplying = generators.multiplying(node.selects, self.set_returning)
         if multiplying is not None:
             self.refuse(
                 f"set-returning call `{excerpt(multiplying)}` beside window functions",
                 generators.MULTIPLYING_FIX,
+                at=multiplying,
             )
         inner, outputs, partition = rewrites.lifted_windows(node, is_aggregate(node))
         plan: Plan = Window(
@@ -473,7 +490,9 @@ class _Planner:
         # are a SELECT over it by now (ordered_set_operations).
         if node.args.get("limit") or node.args.get("offset"):
             self.refuse(
-                f"LIMIT / OFFSET on `{excerpt(node)}`", "order by output columns only, each named once"
+                f"LIMIT / OFFSET on `{excerpt(node)}`",
+                "order by output columns only, each named once",
+                at=node,
             )
         distinct = bool(node.args.get("distinct", True))
         # Every branch under the operation's names: a later branch's own may repeat (`SELECT
@@ -503,12 +522,15 @@ class _Planner:
                 self.refuse(
                     f"set-returning call `{excerpt(multiplying)}` in an aggregate query",
                     generators.MULTIPLYING_FIX,
+                    at=multiplying,
                 )
             plan = aggregate_of(node, relation, outputs, self.model)
         else:
             for output in outputs:
                 if output.expression.find(exp.Subquery):
-                    self.refuse(_subquery_form(next(output.expression.find_all(exp.Subquery))))
+                    self.refuse(
+                        _subquery_form(next(output.expression.find_all(exp.Subquery))), at=output.expression
+                    )
             plan = Project(relation, outputs, multiplying is not None)
         if node.args.get("limit") or node.args.get("offset"):
             if self.limit_keeps_every_row(node, plan):
@@ -534,9 +556,15 @@ class _Planner:
         order = node.args.get("order")
         if limit is None and offset is not None:
             # Every row past the first m is stored: any change moves rows in or out.
-            self.refuse(f"`{excerpt(offset)}` without `LIMIT`", "add a LIMIT, or use refresh_mode='full'")
+            self.refuse(
+                f"`{excerpt(offset)}` without `LIMIT`", "add a LIMIT, or use refresh_mode='full'", at=offset
+            )
         if order is None:
-            self.refuse("`LIMIT` without `ORDER BY`", "order by columns that make the first rows unique")
+            self.refuse(
+                "`LIMIT` without `ORDER BY`",
+                "order by columns that make the first rows unique",
+                at=node.args.get("limit"),
+            )
         terms = self.order_by_outputs(node, order, list(plan.names))
         hidden = tuple(n for n in plan.names if n.startswith(ORDER_ALIAS))
         return TopK(plan, tuple(terms), self.count(limit, "LIMIT"), self.count(offset, "OFFSET"), hidden)
@@ -558,6 +586,7 @@ class _Planner:
                 self.refuse(
                     f"`ORDER BY {excerpt(key)}` with `LIMIT` (not an output column)",
                     "select the column you order by",
+                    at=key,
                 )
             term = ordered.copy()
             term.set("this", exp.column(names[position], quoted=True))
@@ -571,7 +600,7 @@ class _Planner:
             return row_count(clause)
         except NoRowCount as missing:
             subject = f"`{excerpt(clause)}`" if missing.ties else f"`{construct}` `{excerpt(clause)}`"
-            self.refuse(subject, missing.fix)
+            self.refuse(subject, missing.fix, at=clause)
 
     def block(self, node: exp.Select, outer: set[str]) -> Relation:
         """FROM, joins and WHERE of one SELECT; EXISTS / IN conjuncts become semi- and anti-joins,
@@ -600,29 +629,33 @@ class _Planner:
                         self.refuse(
                             f"`IN (subquery)` as a value `{excerpt(value.parent or value)}` ({SPARK_IN_VALUES})",
                             "use EXISTS (… WHERE s.x = t.x), which is true or false, or use refresh_mode='full'",
+                            at=value,
                         )
                     self.refuse(
                         f"`IN (subquery)` as a value `{excerpt(value.parent or value)}` (comparing more than "
                         "a column on each side, or correlated with a subquery that groups)",
                         "compare columns (compute the expression in a subquery), or use refresh_mode='full'",
+                        at=value,
                     )
             for exists in node.find_all(exp.Exists):
                 if isinstance(exists.this, exp.Select) and equalities(exists.this) is None:
                     # sqlglot would collect the inner values into arrays and compare per row.
                     self.refuse(
-                        _subquery_form(exists) + " (correlated by more than equalities, inside an expression)"
+                        _subquery_form(exists)
+                        + " (correlated by more than equalities, inside an expression)",
+                        at=exists,
                     )
             unnest_subqueries(node)
         from_ = node.args.get("from_") or node.args.get("from")
         if from_ is None:
-            self.refuse("SELECT without FROM", "select from a table")
+            self.refuse("SELECT without FROM", "select from a table", at=node)
         relation: Relation = self.item(from_.this)
         for join in node.args.get("joins") or []:
             relation = self.join(relation, join)
         where = node.args.get("where")
         if where is not None and not (isinstance(where.this, exp.Boolean) and where.this.this):
             if where.this.find(exp.Subquery, exp.Exists):
-                self.refuse(_subquery_form(where.this.find(exp.Subquery, exp.Exists)))
+                self.refuse(_subquery_form(where.this.find(exp.Subquery, exp.Exists)), at=where.this)
             relation = _folded_into_window(Filter(relation, where.this))
         own = outer | {i.alias for i in all_items(relation)}
         for kind, conjunct in existence:
@@ -632,10 +665,10 @@ class _Planner:
     def item(self, node: exp.Expr) -> Item:
         if isinstance(node, exp.Table):
             if not isinstance(node.this, exp.Identifier):
-                self.refuse(f"table function `{excerpt(node)}`", "select from a table")
+                self.refuse(f"table function `{excerpt(node)}`", "select from a table", at=node)
             if node.args.get("only"):
                 # A scan reads the table with its inheritance children, as the delta rules do.
-                self.refuse(f"`FROM ONLY {node.name}`", "drop ONLY, or use refresh_mode='full'")
+                self.refuse(f"`FROM ONLY {node.name}`", "drop ONLY, or use refresh_mode='full'", at=node)
             info = self.tables[qualified_name(node.db, node.name)]
             return Scan(next(self.positions), node.alias_or_name, info)
         if isinstance(node, exp.Subquery) and node.alias:
@@ -644,9 +677,11 @@ class _Planner:
             return Derived(next(self.positions), node.alias, self.rows(node, None))
         if isinstance(node, exp.Subquery | exp.Table):
             self.refuse(
-                f"parenthesized join `{excerpt(node)}` beside an outer join", "write the joins in sequence"
+                f"parenthesized join `{excerpt(node)}` beside an outer join",
+                "write the joins in sequence",
+                at=node,
             )
-        self.refuse(f"FROM item `{excerpt(node)}`", "select from tables or subqueries")
+        self.refuse(f"FROM item `{excerpt(node)}`", "select from tables or subqueries", at=node)
 
     def rows(self, node: exp.Values, names: tuple[str, ...] | None) -> Rows:
         """`VALUES` as rows that never change, under `names` (else the alias's column names)."""
@@ -655,6 +690,7 @@ class _Planner:
             self.refuse(
                 f"`VALUES` reading `{excerpt(reads)}` (its rows would change with it)",
                 "write a SELECT per row and UNION ALL them, or use refresh_mode='full'",
+                at=reads,
             )
         alias = node.args.get("alias")
         declared = tuple(c.name for c in alias.columns) if alias is not None else ()
@@ -675,7 +711,7 @@ class _Planner:
     def join(self, left: Relation, join: exp.Join) -> Relation:
         side, kind = (join.side or "").upper(), (join.kind or "").upper()
         if join.args.get("using"):
-            self.refuse("`JOIN ... USING`", "write JOIN ... ON")
+            self.refuse("`JOIN ... USING`", "write JOIN ... ON", at=join)
         right = self.item(join.this)
         condition = join.args.get("on")
         if kind in ("SEMI", "ANTI"):
@@ -683,7 +719,7 @@ class _Planner:
         if side in ("LEFT", "RIGHT", "FULL"):
             return Join(side.lower(), left, right, condition)  # type: ignore[arg-type]
         if kind not in ("", "INNER", "CROSS", "OUTER"):
-            self.refuse(f"`{kind} JOIN`", "use an inner or outer join")
+            self.refuse(f"`{kind} JOIN`", "use an inner or outer join", at=join)
         return Join("inner", left, right, condition)
 
     def existence(self, left: Relation, kind: JoinKind, conjunct: exp.Expr, outer: set[str]) -> Relation:
@@ -698,9 +734,9 @@ class _Planner:
             # `x IN (SELECT a FROM t UNION SELECT b FROM u)`: a derived set operation, when it reads
             # nothing of the outer query (each branch would need the outer row otherwise).
             if correlated(subquery):
-                self.refuse(_subquery_form(conjunct) + " (correlated, over a set operation)")
+                self.refuse(_subquery_form(conjunct) + " (correlated, over a set operation)", at=conjunct)
         elif not isinstance(subquery, exp.Select):
-            self.refuse(_subquery_form(conjunct), "join instead, or use refresh_mode='full'")
+            self.refuse(_subquery_form(conjunct), "join instead, or use refresh_mode='full'", at=conjunct)
         else:
             self.separate_aliases(subquery, outer)
         condition: exp.Expr | None = None
@@ -709,7 +745,7 @@ class _Planner:
             value = subquery.selects[0] if isinstance(inner, exp.In) else None
         else:
             if correlated(subquery):
-                self.refuse(_subquery_form(conjunct) + " (correlated, with aggregates)")
+                self.refuse(_subquery_form(conjunct) + " (correlated, with aggregates)", at=conjunct)
             alias = f"__ivm_s{next(self.aliases)}"
             derived = Derived(next(self.positions), alias, self.query(subquery))
             right = derived
@@ -719,7 +755,7 @@ class _Planner:
         if isinstance(inner, exp.In):
             assert value is not None
             if len(subquery.selects) != 1 or isinstance(inner.this, exp.Tuple):
-                self.refuse(_subquery_form(conjunct) + " over several columns", "use EXISTS")
+                self.refuse(_subquery_form(conjunct) + " over several columns", "use EXISTS", at=conjunct)
             probe, found = inner.this.copy(), value.unalias().copy()
             condition = exp.EQ(this=probe, expression=found)
             if kind == "anti":

@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from dbt_ivm.catalog import Catalog, FunctionCall
 from dbt_ivm.errors import UnsupportedQuery
+from dbt_ivm.plan.source_positions import position_of
 from dbt_ivm.plan.volatility import call_of, function_calls
 
 # By name, where the catalog cannot tell (Spark's, a StaticCatalog): the built-in generators.
@@ -86,13 +87,13 @@ def refuse_several_columns(selects: list[exp.Expr], model: str, output_count: in
     first call among the items is named."""
     for item in selects:
         if isinstance(item, exp.Aliases) or isinstance(item.unalias(), exp.Inline):
-            raise UnsupportedQuery(model, _several(item), MULTIPLYING_FIX)
+            raise UnsupportedQuery(model, _several(item), MULTIPLYING_FIX, position_of(item))
     if output_count is not None and output_count > len(selects):
         calls = [item for item in selects if isinstance(item.unalias(), exp.Func)]
         # The generators first: `upper(g)` beside `json_tuple(…)` yields one column.
         calls.sort(key=lambda item: not _generator(item.unalias()))
         if calls:
-            raise UnsupportedQuery(model, _several(calls[0]), MULTIPLYING_FIX)
+            raise UnsupportedQuery(model, _several(calls[0]), MULTIPLYING_FIX, position_of(calls[0]))
 
 
 def _generator(node: exp.Expr) -> bool:

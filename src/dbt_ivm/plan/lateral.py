@@ -26,6 +26,7 @@ from sqlglot import exp
 from dbt_ivm.errors import UnsupportedQuery
 from dbt_ivm.plan.lateral_subqueries import decorrelate_lateral
 from dbt_ivm.plan.messages import excerpt
+from dbt_ivm.plan.source_positions import position_of
 
 
 @dataclass
@@ -82,12 +83,14 @@ def _lateral_subquery(select: exp.Select, join: exp.Join, lateral: exp.Lateral, 
             model,
             f"`LATERAL (VALUES …)` reading `{excerpt(reads)}`",
             "UNION ALL one SELECT per value, or use refresh_mode='full'",
+            position_of(lateral),
         )
     raise UnsupportedQuery(
         model,
         f"`LATERAL` subquery `{excerpt(lateral)}`",
         "correlate it by equalities only, as the first rows (ORDER BY … LIMIT n) or aggregates read in the "
         "SELECT list; or join a subquery grouped by the join columns; or use refresh_mode='full'",
+        position_of(lateral),
     )
 
 

@@ -24,6 +24,7 @@ from sqlglot import exp
 from dbt_ivm.catalog import Catalog
 from dbt_ivm.errors import UnsupportedQuery
 from dbt_ivm.plan.messages import shown
+from dbt_ivm.plan.source_positions import position_of
 from dbt_ivm.plan.volatility import call_of
 
 # By name, where the catalog cannot tell: aggregates of PostgreSQL and Spark that sqlglot parses as
@@ -70,4 +71,6 @@ def refuse_unknown_aggregates(tree: exp.Expr, catalog: Catalog, model: str) -> N
 
 
 def _refuse(node: exp.Expr, model: str) -> None:
-    raise UnsupportedQuery(model, f"aggregate `{shown(node)}` that dbt-ivm does not know", FIX)
+    raise UnsupportedQuery(
+        model, f"aggregate `{shown(node)}` that dbt-ivm does not know", FIX, position_of(node)
+    )

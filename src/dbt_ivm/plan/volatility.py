@@ -28,6 +28,7 @@ from sqlglot.schema import MappingSchema
 from dbt_ivm.catalog import Catalog, FunctionCall
 from dbt_ivm.errors import UnsupportedQuery
 from dbt_ivm.plan.messages import shown
+from dbt_ivm.plan.source_positions import position_of
 
 # SQL value functions: keywords, not catalog functions, that read the transaction's clock or the
 # session. A stream table maintained by deltas keeps the value of the refresh that wrote each row.
@@ -109,6 +110,7 @@ def refuse_value_keywords(tree: exp.Expr, model: str) -> None:
                 model,
                 f"non-deterministic SQL value function `{identifier.name.upper()}`",
                 NONDETERMINISTIC_FIX,
+                position_of(column),
             )
 
 
@@ -120,14 +122,22 @@ def refuse_nondeterministic(tree: exp.Expr, catalog: Catalog, schema: MappingSch
     for node in tree.walk():
         if isinstance(node, SQL_VALUE_FUNCTIONS):
             raise UnsupportedQuery(
-                model, f"non-deterministic SQL value function `{shown(node)}`", NONDETERMINISTIC_FIX
+                model,
+                f"non-deterministic SQL value function `{shown(node)}`",
+                NONDETERMINISTIC_FIX,
+                position_of(node),
             )
         if isinstance(node, exp.Func) and _is_nondeterministic_call(node, catalog, volatilities):
             raise UnsupportedQuery(
-                model, f"non-deterministic function `{_call_text(node)}`", NONDETERMINISTIC_FIX
+                model,
+                f"non-deterministic function `{_call_text(node)}`",
+                NONDETERMINISTIC_FIX,
+                position_of(node),
             )
         if isinstance(node, exp.Cast) and _casts_clock_string(node):
-            raise UnsupportedQuery(model, f"current date/time literal `{shown(node)}`", NONDETERMINISTIC_FIX)
+            raise UnsupportedQuery(
+                model, f"current date/time literal `{shown(node)}`", NONDETERMINISTIC_FIX, position_of(node)
+            )
     _refuse_clock_comparisons(tree, schema, model)
 
 
@@ -228,7 +238,10 @@ def _refuse_clock_comparisons(tree: exp.Expr, schema: MappingSchema, model: str)
         found = _comparison_of(literal) if _is_clock_string(literal) else None
         if found is not None and found[1].type is not None and found[1].type.is_type(*TEMPORAL_TYPES):
             raise UnsupportedQuery(
-                model, f"current date/time literal in `{shown(found[0])}`", NONDETERMINISTIC_FIX
+                model,
+                f"current date/time literal in `{shown(found[0])}`",
+                NONDETERMINISTIC_FIX,
+                position_of(literal),
             )
 
 
