@@ -22,6 +22,7 @@ operators:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 from sqlglot import exp
 
 from dbt_ivm import cost
+from dbt_ivm.explain_terms import SourceTerms
 from dbt_ivm.layout import Layout
 from dbt_ivm.lifecycle import threshold_reason
 from dbt_ivm.plan.nodes import (
@@ -79,6 +81,8 @@ class Explanation:
     stored_as: str | None = None
     sources: list[str] = field(default_factory=list)
     operators: list[str] = field(default_factory=list)  # the tree, two spaces per level
+    # By source: what a batch that changes it alone runs (dbt_ivm.explain_terms).
+    terms: dict[str, SourceTerms] = field(default_factory=dict)
     batch: Forecast | None = None  # asked for with `--changes N`
 
     def text(self) -> str:
@@ -93,6 +97,7 @@ class Explanation:
                 f"reads the changes of: {', '.join(self.sources)}",
                 "operators:",
                 *(f"  {line}" for line in self.operators),
+                *_terms_lines(self.terms),
             ]
         if self.batch is not None:
             lines.append(self.batch.text())
@@ -108,9 +113,11 @@ def explained(
     unsupported: object | None,
     whole_input: str | None,
     dialect: str,
+    terms: dict[str, SourceTerms] | None = None,
 ) -> Explanation:
     """The explanation of a compiled query: `plan` and `layout` (None: not maintainable, `unsupported`
-    says why), `whole_input`: why every batch recomputes an input anyway (AUTO then refreshes FULL)."""
+    says why), `whole_input`: why every batch recomputes an input anyway (AUTO then refreshes FULL),
+    `terms`: what a batch on each source runs."""
     if plan is None or layout is None:
         return Explanation(False, str(unsupported) if unsupported is not None else "not planned")
     return Explanation(
@@ -119,7 +126,29 @@ def explained(
         _stored_as(layout),
         sorted({s.table.qualified for s in scans_in(plan)}),
         list(_plan_lines(plan, 0, dialect)),
+        terms or {},
     )
+
+
+def _terms_lines(terms: dict[str, SourceTerms]) -> Iterator[str]:
+    """Per source: how often a batch on it alone reads its change, with what, and the SQL's size.
+
+    >>> print("\\n".join(_terms_lines({"s.a": SourceTerms(["Δ s.a ⋈ s.b", "Δ s.a", "Δ s.a"], 1234)})))
+    a batch that changes only s.a: its change is read 3 times (1,234 characters of SQL)
+      Δ s.a ⋈ s.b
+      Δ s.a (2 times)
+    """
+    for source, found in terms.items():
+        if not found.terms:
+            yield f"a batch that changes only {source}: changes nothing in the stream table"
+            continue
+        times = "once" if len(found.terms) == 1 else f"{len(found.terms)} times"
+        yield (
+            f"a batch that changes only {source}: its change is read {times} "
+            f"({found.characters:,} characters of SQL)"
+        )
+        for reads, count in Counter(found.terms).items():
+            yield f"  {reads}" + (f" ({count} times)" if count > 1 else "")
 
 
 def _stored_as(layout: Layout) -> str:

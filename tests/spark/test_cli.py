@@ -4,11 +4,14 @@ refreshed in dependency order and removed without dbt, on real Spark + Iceberg."
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dbt_ivm import cli
+from dbt_ivm.report.state import FRESH
 from dbt_ivm.spark import registrations
 from dbt_ivm.spark.commit import UNSTAMPED
 from tests.spark.oracle import assert_matches_query, refresh_and_check
@@ -37,8 +40,8 @@ def _two_stream_tables(spark: Any, s: str) -> None:
     refresh_and_check(spark, s, "big", BIG.format(s=s), "create big")
 
 
-def test_status_refresh_and_history(
-    spark: Any, spark_schema: str, warehouse: str, capsys: pytest.CaptureFixture[str]
+def test_status_refresh_history_and_report(
+    spark: Any, spark_schema: str, warehouse: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     s = spark_schema
     _two_stream_tables(spark, s)
@@ -76,6 +79,16 @@ def test_status_refresh_and_history(
 
     code, out, _ = _run(capsys, "refresh", *options, f"{s}.nothing")
     assert code == 1  # an unknown name is refused by name
+
+    page = tmp_path / "report.html"  # the page (tests/postgres/test_report.py opens one in a browser)
+    code, out, _ = _run(capsys, "report", *options, "--html", str(page))
+    assert code == 0 and "2 stream table(s), 4 refreshes" in out, out
+    text = page.read_text()
+    graph = text[text.index('<svg class="graph"') : text.index("</svg>")]
+    fills = dict(re.findall(r"<title>([\w.]+)</title><rect[^>]*fill=\"(#\w+)\"", graph))
+    assert fills == {f"{s}.orders": "#ffffff", f"{s}.totals": FRESH.fill, f"{s}.big": FRESH.fill}
+    assert graph.count('class="edge"') == 2  # orders -> totals -> big
+    assert text.count('<svg class="refreshes"') == 2 and text.count("<circle") == 4
 
 
 def test_status_through_the_dbt_profile(
@@ -122,6 +135,9 @@ def test_explain_a_model_of_a_manifest(
     code, out, err = _run(capsys, "explain", "totals", *options)
     assert code == 0, err
     assert "differential: a batch is applied" in out and "aggregate GROUP BY customer" in out, out
+    assert f"a batch that changes only {s}.orders: its change is read" in out and f"  Δ {s}.orders" in out, (
+        out
+    )
     code, out, err = _run(capsys, "explain", "ranked", *options, "--json")
     assert code == 0, err
     found = json.loads(out)

@@ -746,9 +746,13 @@ class TestExplain:
         assert out.startswith("model customer_totals (") and "differential: a batch is applied" in out, out
         assert "aggregate GROUP BY customer_id: COUNT, SUM kept as running state per group" in out, out
         assert f"reads the changes of: {project.test_schema}.orders" in out, out
+        # What a batch on each source runs: its change read, and how big the SQL is.
+        assert f"a batch that changes only {project.test_schema}.orders: its change is read" in out, out
+        assert f"  Δ {project.test_schema}.orders" in out, out
         assert cli.main(["explain", "random_pick", *where, "--json"]) == 0
         found = json.loads(capsys.readouterr().out)
         assert found["differential"] is False and "random()" in found["reason"].lower(), found
+        assert "(line 2, column 12 of its compiled SQL)" in found["reason"], found  # where random() is
         assert relation_kind(project, "customer_totals") is None  # explained, not built
         assert cli.main(["explain", "no_such_model", *where]) == 1
         assert "has no model named 'no_such_model'" in capsys.readouterr().err

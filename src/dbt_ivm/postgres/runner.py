@@ -23,6 +23,7 @@ from dbt_ivm import lifecycle, refresh, run_settings
 from dbt_ivm.catalog import TableInfo
 from dbt_ivm.errors import IvmError, MissingPrivilege, TriggerNameTaken, UnsupportedQuery
 from dbt_ivm.explain import Explanation, explained, forecast
+from dbt_ivm.explain_terms import terms_by_source
 from dbt_ivm.plan.nodes import whole_input_reason
 from dbt_ivm.postgres import apply as pg_apply
 from dbt_ivm.postgres import (
@@ -37,6 +38,7 @@ from dbt_ivm.postgres import (
     user_triggers,
 )
 from dbt_ivm.postgres.compiled import Compiled, compile_query
+from dbt_ivm.postgres.compiled import context as compiled_context
 from dbt_ivm.postgres.db import Db
 from dbt_ivm.postgres.names import key as _key
 from dbt_ivm.postgres.names import relation as _relation
@@ -432,7 +434,18 @@ def explain(connection: object, spec: StreamTableSpec, changes: int | None = Non
     with db.transaction("REPEATABLE READ"):
         compiled = compile_query(db, dataclasses.replace(spec, refresh_mode="auto"), spec.sql)
         whole = whole_input_reason(compiled.plan, POSTGRES) if compiled.plan is not None else None
-        explanation = explained(compiled.plan, compiled.layout, compiled.unsupported, whole, POSTGRES.dialect)
+        terms = None
+        if compiled.plan is not None and compiled.layout is not None:
+            terms = terms_by_source(
+                compiled.plan,
+                compiled.layout,
+                POSTGRES,
+                functools.partial(compiled_context, compiled),
+                reads_before=False,  # PostgreSQL derives a source's earlier rows from its change
+            )
+        explanation = explained(
+            compiled.plan, compiled.layout, compiled.unsupported, whole, POSTGRES.dialect, terms
+        )
         if changes is None:
             return explanation
         read = rows_read(db, compiled.sources)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -35,8 +36,10 @@ from dbt_ivm.errors import (
     UnsupportedQuery,
 )
 from dbt_ivm.explain import Explanation, explained, forecast
+from dbt_ivm.explain_terms import terms_by_source
 from dbt_ivm.plan.nodes import whole_input_reason
 from dbt_ivm.spark import apply as spark_apply
+from dbt_ivm.spark import bindings as spark_bindings
 from dbt_ivm.spark import (
     failures,
     field_ids,
@@ -286,7 +289,12 @@ def explain(spark: Any, spec: StreamTableSpec, changes: int | None = None) -> Ex
     auto = dataclasses.replace(spec, refresh_mode="auto")
     compiled = compile_query(spark, auto, spec.sql)
     whole = whole_input_reason(compiled.plan, SPARK) if compiled.plan is not None else None
-    explanation = explained(compiled.plan, compiled.layout, compiled.unsupported, whole, SPARK.dialect)
+    terms = None
+    if compiled.plan is not None and compiled.layout is not None:
+        new_context = functools.partial(spark_bindings.context, compiled)
+        # Spark reads a changed source as of the frontier snapshot.
+        terms = terms_by_source(compiled.plan, compiled.layout, SPARK, new_context, reads_before=True)
+    explanation = explained(compiled.plan, compiled.layout, compiled.unsupported, whole, SPARK.dialect, terms)
     if changes is None:
         return explanation
     ends = SourceVersions(spark, compiled.sources, compiled.reads).ends
