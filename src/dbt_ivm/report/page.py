@@ -66,9 +66,8 @@ def _lag(status: StreamTableStatus) -> str:
 def _last(status: StreamTableStatus) -> str:
     if status.last_action is None:
         return "never refreshed"
-    outcome = (
-        status.last_action if status.last_status == "OK" else f"{status.last_action} {status.last_status}"
-    )
+    same = status.last_status in ("OK", status.last_action)  # a failed run's action is FAILED too
+    outcome = status.last_action if same else f"{status.last_action} {status.last_status}"
     if status.staleness_seconds is None:
         return outcome
     return f"{outcome} · data {duration(status.staleness_seconds)} old"

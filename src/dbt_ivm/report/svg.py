@@ -192,11 +192,11 @@ def refreshes_svg(points: Sequence[Point], width: int = 620) -> str:
             else:
                 parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{colour}">{tip}</circle>')
     axis_y = top_margin + panel * 2 + gap + 16
-    for t, anchor in ((start, "start"), (end, "end")):
+    ends = ((start, "start"), (end, "end")) if end > start else ((start, "middle"),)
+    for t, anchor in ends:
         label = datetime.fromtimestamp(t).isoformat(sep=" ", timespec="seconds")
         parts.append(
-            f'<text x="{x_of(t) if end > start else left:.1f}" y="{axis_y}" text-anchor="{anchor}" '
-            f'class="tick">{label}</text>'
+            f'<text x="{x_of(t):.1f}" y="{axis_y}" text-anchor="{anchor}" class="tick">{label}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
