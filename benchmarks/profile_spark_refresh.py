@@ -3,9 +3,10 @@
     python benchmarks/profile_spark_refresh.py              # 3 repeats of each case
     python benchmarks/profile_spark_refresh.py --jobs       # also list every job of the last repeat
     python benchmarks/profile_spark_refresh.py --mode auto  # as dbt runs by default (AUTO weighs)
+    python benchmarks/profile_spark_refresh.py --mode full --rows 1000000 --against 8730aa3  # FULL's cost
     python benchmarks/profile_spark_refresh.py --against decd45d --png floor.png  # side by side
 
-An embedded Spark + Iceberg session holds `orders` (10,000 rows, keyed by `id`) in copy-on-write and
+An embedded Spark + Iceberg session holds `orders` (10,000 rows by default, `--rows`, keyed by `id`) in copy-on-write and
 in merge-on-read form, with three stream tables over each: an aggregate, a keyed projection and a
 join with `customers`. Each case changes one row of `orders` (or nothing) and refreshes every stream
 table, counting the Spark jobs the refresh started (its job group) and timing it. Run by hand; prints
@@ -49,7 +50,7 @@ def queries(orders: str) -> dict[str, str]:
     }
 
 
-def create(spark: Any) -> None:
+def create(spark: Any, rows: int) -> None:
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
     spark.sql(
         f"CREATE TABLE {SCHEMA}.customers USING iceberg TBLPROPERTIES ('dbt_ivm.primary_key'='id') "
@@ -58,7 +59,7 @@ def create(spark: Any) -> None:
     for name, extra in (("orders_cow", ""), ("orders_mor", f", {MERGE_ON_READ}")):
         spark.sql(
             f"CREATE TABLE {SCHEMA}.{name} USING iceberg TBLPROPERTIES ('dbt_ivm.primary_key'='id'{extra}) "
-            "AS SELECT id, id % 100 AS customer_id, CAST(id % 50 AS INT) AS amount FROM range(10000)"
+            f"AS SELECT id, id % 100 AS customer_id, CAST(id % 50 AS INT) AS amount FROM range({int(rows)})"
         )
 
 
@@ -80,13 +81,13 @@ def refresh(spark: Any, spec: StreamTableSpec) -> tuple[float, list[str], Refres
     return seconds, names, result
 
 
-def measure(repeats: int, mode: str, jobs: bool) -> list[tuple[str, str, float, float, str]]:
+def measure(repeats: int, mode: str, jobs: bool, rows: int) -> list[tuple[str, str, float, float, str]]:
     """(case, stream table, median seconds, median Spark jobs, action) of every case, "create" first."""
     warehouse = tempfile.mkdtemp(prefix="floor_")
     try:
         spark = get_or_create_session(SessionSettings(warehouse=warehouse, app_name="floor"))
         spark.sparkContext.setLogLevel("ERROR")
-        create(spark)
+        create(spark, rows)
         specs = [
             StreamTableSpec(
                 model=f"{st}_{kind}", schema=SCHEMA, name=f"{st}_{kind}", sql=sql, refresh_mode=mode
@@ -123,7 +124,7 @@ def measure(repeats: int, mode: str, jobs: bool) -> list[tuple[str, str, float, 
         shutil.rmtree(warehouse, ignore_errors=True)
 
 
-def side_by_side(against: str, repeats: int, mode: str, png: str | None) -> None:
+def side_by_side(against: str, repeats: int, mode: str, png: str | None, rows: int) -> None:
     """Each tree in a child process of its own (its own JVM), `against` first, one after the other."""
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,7 +136,10 @@ def side_by_side(against: str, repeats: int, mode: str, png: str | None) -> None
             measured = {}
             for label, src in ((against, other / "src"), ("this tree", root / "src")):
                 out = subprocess.run(
-                    [sys.executable, __file__, "--child", "--repeats", str(repeats), "--mode", mode],
+                    [
+                        *(sys.executable, __file__, "--child", "--repeats", str(repeats)),
+                        *("--mode", mode, "--rows", str(rows)),
+                    ],
                     check=True,
                     capture_output=True,
                     text=True,
@@ -179,15 +183,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--jobs", action="store_true", help="list the jobs of each case's last repeat")
-    parser.add_argument("--mode", choices=("differential", "auto"), default="differential")
+    parser.add_argument("--mode", choices=("differential", "auto", "full"), default="differential")
+    parser.add_argument("--rows", type=int, default=10_000, help="rows of each orders table")
     parser.add_argument("--against", default=None, help="another commit, measured after it in one run")
     parser.add_argument("--png", default=None, help="with --against: draw the medians side by side")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.against:
-        side_by_side(args.against, args.repeats, args.mode, args.png)
+        side_by_side(args.against, args.repeats, args.mode, args.png, args.rows)
         return 0
-    rows = measure(args.repeats, args.mode, args.jobs)
+    rows = measure(args.repeats, args.mode, args.jobs, args.rows)
     if args.child:
         import dbt_ivm
 

@@ -45,9 +45,8 @@ def assert_matches_query(spark: Any, schema: str, name: str, sql: str, context: 
 
 
 def make_spec(schema: str, name: str, sql: str, **options: Any) -> StreamTableSpec:
-    return StreamTableSpec(
-        model=name, schema=schema, name=name, sql=sql, catalog_schema=f"{schema}_ivm", **options
-    )
+    settings = {"catalog_schema": f"{schema}_ivm", **options}  # a test may name another catalog
+    return StreamTableSpec(model=name, schema=schema, name=name, sql=sql, **settings)
 
 
 def refresh_and_check(

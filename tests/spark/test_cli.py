@@ -88,7 +88,8 @@ def test_status_refresh_history_and_report(
     fills = dict(re.findall(r"<title>([\w.]+)</title><rect[^>]*fill=\"(#\w+)\"", graph))
     assert fills == {f"{s}.orders": "#ffffff", f"{s}.totals": FRESH.fill, f"{s}.big": FRESH.fill}
     assert graph.count('class="edge"') == 2  # orders -> totals -> big
-    assert text.count('<svg class="refreshes"') == 2 and text.count("<circle") == 4
+    # A dot per refresh in each of the two panels (seconds, changes read).
+    assert text.count('<svg class="refreshes"') == 2 and text.count("<circle") == 2 * 4
 
 
 def test_status_through_the_dbt_profile(

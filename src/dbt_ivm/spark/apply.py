@@ -26,7 +26,7 @@ from dbt_ivm.layout import Layout
 from dbt_ivm.plan.aggregation import group_placeholder
 from dbt_ivm.spark import observed, upkeep
 from dbt_ivm.spark.commit import Stamp, commit_with
-from dbt_ivm.spark.iceberg import load_table, quoted_name, sql_string, total_records
+from dbt_ivm.spark.iceberg import count, load_table, quoted_name, sql_string, total_records
 from dbt_ivm.sqltext import WEIGHT, all_of, columns
 from dbt_ivm.target import SPARK
 
@@ -115,16 +115,38 @@ def create_table(
     """CREATE TABLE … USING iceberg AS the contents, its commit stamped with the frontier the contents
     were read at. `contents`: a query or relation; `properties`: the model's table properties."""
     relation = exp.table_(table[1], table[0], quoted=True)
-    select = exp.select(*columns(layout.columns, "c")).from_(aliased(contents, "c"))
-    if layout.kind != "multiset" and layout.key:
-        # Written in key order, each file holds a narrow span of keys, which a batch's KeySpan skips.
-        select = select.order_by(*columns(layout.key, "c"))
     create = (
         f"CREATE TABLE {relation.sql(DIALECT)} USING iceberg "
-        f"TBLPROPERTIES ({table_properties(properties or {})}) AS {select.sql(DIALECT)}"
+        f"TBLPROPERTIES ({table_properties(properties or {})}) AS {stored_rows(layout, contents).sql(DIALECT)}"
     )
     snapshot_id = commit_with(spark, table, stamp, lambda: spark.sql(create))
     return total_records(spark, table, snapshot_id)  # the commit's summary counts them: no job
+
+
+def stored_rows(layout: Layout, contents: exp.Expr) -> exp.Select:
+    """The rows of `contents` as the table stores them: the layout's columns, in key order (each
+    file then holds a narrow span of keys, which a batch's KeySpan skips)."""
+    select = exp.select(*columns(layout.columns, "c")).from_(aliased(contents, "c"))
+    if layout.kind != "multiset" and layout.key:
+        select = select.order_by(*columns(layout.key, "c"))
+    return select
+
+
+def overwrite_table(
+    spark: Any, table: tuple[str, str], layout: Layout, contents: exp.Expr, stamp: Stamp
+) -> tuple[int, int]:
+    """Replace every row of the table by the contents in one commit stamped with `stamp` (the table,
+    its properties and history stay); the rows it wrote and removed, from the commit's summary."""
+    from pyspark.sql import functions as F
+
+    frame = spark.sql(stored_rows(layout, contents).sql(DIALECT))
+    # By filter, not INSERT OVERWRITE: a session in dynamic partition-overwrite mode would keep the
+    # partitions the new rows leave empty.
+    snapshot_id = commit_with(
+        spark, table, stamp, lambda: frame.writeTo(quoted_name(table)).overwrite(F.lit(True))
+    )
+    summary = load_table(spark, table).snapshot(int(snapshot_id)).summary()
+    return count(summary.get("added-records")), count(summary.get("deleted-records"))
 
 
 # Properties Iceberg keeps whatever the config says (unsetting them is refused or meaningless).

@@ -50,6 +50,9 @@ SparkDelta = exp.Query | stream.GroupChange
 # Layouts whose rows may repeat (a query planned FULL only holds its rows as they come).
 REPEATING = ("multiset", "plain")
 
+# How a FULL refresh that rewrote every row says so (the counts are then the rows written and removed).
+REWRITTEN = "every row rewritten in one overwrite (no stream table reads this one's changes)"
+
 # Spark's error class for a MERGE whose target row matches several rows to apply.
 MERGE_CARDINALITY = "MERGE_CARDINALITY_VIOLATION"
 
@@ -155,8 +158,25 @@ class SparkRefresh(Steps[SparkTable, SparkDelta]):
         return self._apply(self.compiled.layout, delta, result)
 
     def apply_full(self, result: RefreshResult) -> str | None:
+        """FULL as a diff against the stored rows when another stream table reads this one's
+        changes (it then reads only the rows that really changed); else every row rewritten in one
+        overwrite, as a table model is rebuilt, without reading the stored rows."""
         layout, rows = contents(self.views, self.compiled, self.registered.defining_query, self._versions())
-        return self._apply(layout, full_delta(table(self.spec), layout, rows), result)
+        if registry.readers_of(self.spark, self.spec.catalog_schema, key(self.spec)):
+            return self._apply(layout, full_delta(table(self.spec), layout, rows), result)
+        crash_points.reached("before_merge")
+        crash_points.reached("during_merge")
+        written, removed = spark_apply.overwrite_table(
+            self.spark, parts(self.spec), layout, rows, self._stamp()
+        )
+        crash_points.reached("after_merge")
+        result.rows_inserted, result.rows_deleted = written, removed
+        result.reason = f"{result.reason}; {REWRITTEN}" if result.reason else REWRITTEN
+        if layout.kind == "keyed" and key_check.stored_key_repeats(self.spark, table(self.spec), layout.key):
+            return refuse_repeated_key(
+                self.spark, self.views, self.spec, self.compiled, self._versions(), drop=False
+            )
+        return None
 
     def finish(self, result: RefreshResult, batch: Batch[SparkTable]) -> None:
         lifecycle.record(self.backend, result, batch.changes, self.started)
@@ -167,17 +187,22 @@ class SparkRefresh(Steps[SparkTable, SparkDelta]):
         assert self.versions is not None  # read by full_reason, the refresh's first look at its sources
         return self.versions
 
-    def _apply(self, layout: Layout, delta: SparkDelta | None, result: RefreshResult) -> str | None:
-        """MERGE `delta` with the new frontier's stamp; why to rebuild instead (the stored rows repeat
-        a key), or None."""
-        spark, spec, versions = self.spark, self.spec, self._versions()
-        stamp = Stamp(
+    def _stamp(self) -> Stamp:
+        """What this refresh's commit records: the batch's end snapshots as the new frontier."""
+        versions = self._versions()
+        return Stamp(
             versions.ends,
             self.registered.fingerprint,
             self.compiled.views_digest,
             field_ids.dumps(versions.fields),
             self.zone,
         )
+
+    def _apply(self, layout: Layout, delta: SparkDelta | None, result: RefreshResult) -> str | None:
+        """MERGE `delta` with the new frontier's stamp; why to rebuild instead (the stored rows repeat
+        a key), or None."""
+        spark, spec, versions = self.spark, self.spec, self._versions()
+        stamp = self._stamp()
         if delta is None:  # no changed source reaches the result
             stamp_without_data(spark, parts(spec), stamp)
             return None
