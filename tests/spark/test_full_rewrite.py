@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dbt_ivm.spark import refresh_steps
 from dbt_ivm.spark.refresh_steps import REWRITTEN
 from tests.spark.oracle import refresh_and_check
 
@@ -84,3 +85,24 @@ def test_a_reader_in_another_catalog_follows_a_rewrite(spark: Any, spark_schema:
     refresh_and_check(
         spark, s, "big", big, "after the rewrite", refresh_mode="auto", catalog_schema=f"{s}_other"
     )
+
+
+def test_a_large_table_few_of_whose_rows_change_is_diffed(
+    spark: Any, spark_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size rule with a small bound (the real one is 100,000 rows): 3 stored rows are over it;
+    a batch of one change (FULL by a tiny threshold) is under half of them, so FULL MERGEs; a
+    batch of two rewrites every row."""
+    monkeypatch.setattr(refresh_steps, "OVERWRITE_AT_MOST", 2)
+    s = spark_schema
+    _orders(spark, s)
+    totals = TOTALS.format(s=s)
+    auto = {"refresh_mode": "auto", "full_refresh_threshold": 0.01}
+    refresh_and_check(spark, s, "totals", totals, "create", **auto)
+    spark.sql(f"INSERT INTO {s}.orders VALUES (5,'a',1)")
+    diffed = refresh_and_check(spark, s, "totals", totals, "one change", **auto)
+    assert diffed.action == "FULL" and REWRITTEN not in (diffed.reason or ""), diffed.summary()
+    assert diffed.rows_updated == 1, diffed.summary()
+    spark.sql(f"INSERT INTO {s}.orders VALUES (6,'a',1), (7,'b',1)")
+    rewritten = refresh_and_check(spark, s, "totals", totals, "two changes", **auto)
+    assert rewritten.action == "FULL" and REWRITTEN in (rewritten.reason or ""), rewritten.summary()

@@ -254,6 +254,12 @@ def create_state_view(
     )
 
 
+def current_records(spark: SparkSession, table: TableName) -> int:
+    """Rows in the table now, from its current snapshot's summary (0 when unknown or empty)."""
+    snapshot = load_table(spark, table).currentSnapshot()
+    return 0 if snapshot is None else count(snapshot.summary().get("total-records"))
+
+
 def total_records(spark: SparkSession, table: TableName, snapshot_id: int) -> int:
     """Rows in the table at a snapshot, from its summary (0 when unknown)."""
     snapshot = load_table(spark, table).snapshot(int(snapshot_id))
