@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,3 +66,45 @@ def open_page(page: Path, screenshot: Path, size: tuple[int, int] = (1400, 1000)
             check=True,
         )
     return Loaded(dom, screenshot)
+
+
+def png_colours(path: Path) -> set[tuple[int, int, int]]:
+    """Every RGB colour in an 8-bit RGB or RGBA PNG (what chromium's screenshots are), decoded with
+    the standard library: the scanlines inflated and unfiltered (PNG's five filters)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    position, chunks, header = 8, [], b""
+    while position < len(data):
+        (length,) = struct.unpack(">I", data[position : position + 4])
+        kind, body = data[position + 4 : position + 8], data[position + 8 : position + 8 + length]
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            chunks.append(body)
+        position += 12 + length
+    width, height, depth, colour_type = struct.unpack(">IIBB", header[:10])
+    assert depth == 8 and colour_type in (2, 6), f"{path}: bit depth {depth}, colour type {colour_type}"
+    step = 3 if colour_type == 2 else 4
+    raw, stride = zlib.decompress(b"".join(chunks)), width * step
+    previous, found = bytearray(stride), set()
+    for row in range(height):
+        start = row * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        for i in range(stride):
+            left = line[i - step] if i >= step else 0
+            up, corner = previous[i], previous[i - step] if i >= step else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                guess = left + up - corner
+                near = min(
+                    (abs(guess - left), 0, left), (abs(guess - up), 1, up), (abs(guess - corner), 2, corner)
+                )
+                line[i] = (line[i] + near[2]) & 0xFF
+        found.update(tuple(line[i : i + 3]) for i in range(0, stride, step))
+        previous = line
+    return found

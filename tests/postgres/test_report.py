@@ -12,7 +12,7 @@ import pytest
 
 from dbt_ivm import cli
 from dbt_ivm.report.state import FAILING, FRESH, STALE
-from tests.browser import open_page
+from tests.browser import open_page, png_colours
 from tests.postgres.streams import execute, refresh
 
 pytestmark = pytest.mark.postgres
@@ -63,15 +63,12 @@ def test_the_report_shows_each_stream_table_in_its_state(page: Path) -> None:
 
 
 def test_the_page_draws_itself_in_a_browser(page: Path, tmp_path: Path) -> None:
-    import matplotlib.image
-
     loaded = open_page(page, tmp_path / "report.png")
     root = re.search(r"<html[^>]*>", loaded.dom)
     assert root is not None, loaded.dom[:500]
     assert 'data-drawn="4"' in root.group(0), root.group(0)  # the graph and three plots, drawn
     assert "data-errors" not in root.group(0), root.group(0)  # no script error
-    pixels = (matplotlib.image.imread(str(loaded.screenshot))[:, :, :3] * 255).round().astype(int)
-    colours = {tuple(pixel) for pixel in pixels.reshape(-1, 3).tolist()}
+    colours = png_colours(loaded.screenshot)
 
     def rgb(hex_colour: str) -> tuple[int, ...]:
         return tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
