@@ -16,11 +16,15 @@ from pathlib import Path
 import pytest
 
 from dbt_ivm.spark.crash_points import KILL_POINTS
+from tests.depth import by_depth
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTED_POINTS = KILL_POINTS
+# CI kills the refresh around its one commit, where atomicity is at stake (before, during, after the
+# MERGE that stamps the frontier); before reading changes and after the history row, nothing or
+# everything is durable already: those two run under --deep (a JVM each, ~80 s of CI's longest lane).
+TESTED_POINTS = by_depth(("before_merge", "during_merge", "after_merge"), KILL_POINTS)
 
 
 def _child(phase: str, warehouse: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
@@ -43,8 +47,8 @@ def recovered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     each; then one process recovers them all. By point: what killing it printed when it did not die
     by SIGKILL, or the recovery's output.
 
-    Over 60 s (about 3.5 min in CI, the first test's setup): seven child processes, each a JVM of its
-    own, since a SIGKILLed refresh takes its process with it."""
+    Over 60 s (100 s alone, ~2.5 min in CI, the first test's setup): five child processes (seven under
+    --deep), each a JVM of its own, since a SIGKILLed refresh takes its process with it."""
     warehouse = tmp_path_factory.mktemp("killed") / "warehouse"
     prepared = _child("prepare", warehouse, *TESTED_POINTS)
     assert prepared.returncode == 0, f"{prepared.stdout}\n{prepared.stderr[-3000:]}"
